@@ -1,0 +1,118 @@
+"""Run configuration: one dataclass, the paper's protocol as defaults, named presets."""
+from __future__ import annotations
+
+import dataclasses
+import json
+from dataclasses import dataclass, field
+
+from benchmark.data import DATASETS
+
+# Client splits per dataset (clients per domain, in domain order). PROTOCOL.md section 1.
+SPLITS: dict[str, dict[str, dict[str, int]]] = {
+    "digits": {
+        "code": {"mnist": 6, "usps": 4, "svhn": 3, "syn": 7},  # RethinkFL's code: the paper's numbers
+        "paper": {"mnist": 3, "usps": 7, "svhn": 6, "syn": 4},  # the paper's text
+    },
+    "office_caltech": {
+        "default": {"caltech": 3, "amazon": 2, "webcam": 1, "dslr": 4},
+    },
+}
+DEFAULT_SPLIT = {"digits": "code", "office_caltech": "default"}
+# share of a domain's training set each client takes
+CLIENT_PCT = {"digits": 0.01, "office_caltech": 0.2}
+
+
+class ConfigError(ValueError):
+    """A configuration value is unknown or impossible."""
+
+
+@dataclass
+class RunConfig:
+    method: str = "fpl"
+    dataset: str = "digits"
+    split: str | None = None  # None: the dataset's default preset
+    domains: list[str] | None = None  # None: all domains of the dataset
+    rounds: int = 100
+    local_epochs: int = 10
+    seed: int = 0
+    batch_size: int = 64
+    lr: float = 0.01
+    momentum: float = 0.9
+    weight_decay: float = 1e-5
+    hparams: dict = field(default_factory=dict)  # method hyperparameters (defaults from the method)
+    client_fraction: float = 1.0  # scales every client's sample count (small settings)
+    eval_max: int | None = None  # caps each domain's test set (small settings)
+    executor: str = "ray"
+    num_actors: int = 2
+    cpus_per_actor: float = 1.0
+    gpus_per_actor: float = 0.0
+    driver_cpus: float = 1.0
+    driver_gpus: float = 0.0
+    device: str = "auto"  # auto: cuda when the process sees a GPU
+    data_root: str | None = None
+    out: str | None = None
+    name: str | None = None
+    wandb_project: str = "fedproto-bench"
+    wandb_group: str | None = None
+
+    def __post_init__(self):
+        from benchmark.methods import METHODS  # late: methods import lightning
+
+        if self.method not in METHODS:
+            raise ConfigError(f"unknown method {self.method!r}; choose one of: {', '.join(sorted(METHODS))}.")
+        if self.dataset not in DATASETS:
+            raise ConfigError(f"unknown dataset {self.dataset!r}; choose one of: {', '.join(DATASETS)}.")
+        if self.split is None:
+            self.split = DEFAULT_SPLIT[self.dataset]
+        if self.split not in SPLITS[self.dataset]:
+            raise ConfigError(
+                f"unknown split {self.split!r} for {self.dataset}; choose one of: {', '.join(SPLITS[self.dataset])}."
+            )
+        all_domains = list(DATASETS[self.dataset])
+        if self.domains is None:
+            self.domains = all_domains
+        unknown = [d for d in self.domains if d not in all_domains]
+        if unknown or not self.domains:
+            raise ConfigError(f"unknown domain(s) {unknown} for {self.dataset}; choose from: {', '.join(all_domains)}.")
+        self.domains = [d for d in all_domains if d in self.domains]  # canonical order
+        if self.rounds < 1:
+            raise ConfigError(f"rounds must be at least 1 (got {self.rounds}).")
+        if self.local_epochs < 1:
+            raise ConfigError(f"local epochs must be at least 1 (got {self.local_epochs}).")
+        if not 0 < self.client_fraction <= 1:
+            raise ConfigError(f"client fraction must be in (0, 1] (got {self.client_fraction}).")
+        if self.eval_max is not None and self.eval_max < 1:
+            raise ConfigError(f"eval-max must be at least 1 (got {self.eval_max}).")
+        if self.executor not in ("ray", "local"):
+            raise ConfigError(f"unknown executor {self.executor!r}; choose ray or local.")
+        if self.num_actors < 1:
+            raise ConfigError(f"num-actors must be at least 1 (got {self.num_actors}).")
+        spec = METHODS[self.method]
+        unknown_hp = sorted(set(self.hparams) - set(spec.defaults))
+        if unknown_hp:
+            known = ", ".join(sorted(spec.defaults)) or "none"
+            raise ConfigError(f"unknown hyperparameter(s) {unknown_hp} for {self.method}; it takes: {known}.")
+        self.hparams = {**spec.defaults, **self.hparams}
+        spec.validate(self.hparams)
+
+    @property
+    def clients_per_domain(self) -> dict[str, int]:
+        split = SPLITS[self.dataset][self.split]
+        return {d: split[d] for d in self.domains}
+
+    @property
+    def dropped_domains(self) -> list[str]:
+        return [d for d in DATASETS[self.dataset] if d not in self.domains]
+
+    @property
+    def run_name(self) -> str:
+        if self.name:
+            return self.name
+        dom = "" if not self.dropped_domains else "-no_" + "_".join(self.dropped_domains)
+        return f"{self.method}-{self.dataset}{dom}-{self.split}-seed{self.seed}"
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), indent=2, sort_keys=True)

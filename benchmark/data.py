@@ -1,0 +1,287 @@
+"""Datasets as resident uint8 tensors: data root, checksums, loading, splits, partitions.
+
+Everything here follows PROTOCOL.md section 1. Images are loaded once from the
+npz archives of a data root, resized to 32x32 (the deterministic part of the
+reference transform), and kept as uint8 tensors of shape N x 3 x 32 x 32. The
+random part (crop, flip) and the normalisation run on whole batches in
+`benchmark.transforms`.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+PROJECT_ROOT = Path(__file__).resolve().parent.parent
+
+# domain -> (train archive stem, test archive stem); Office domains have one archive
+DATASETS: dict[str, dict[str, tuple[str, str | None]]] = {
+    "digits": {
+        "mnist": ("digits/mnist_train", "digits/mnist_test"),
+        "usps": ("digits/usps_train", "digits/usps_test"),
+        "svhn": ("digits/svhn_train", "digits/svhn_test"),
+        "syn": ("digits/syn_train", "digits/syn_test"),
+    },
+    "office_caltech": {
+        "caltech": ("office_caltech10/caltech", None),
+        "amazon": ("office_caltech10/amazon", None),
+        "webcam": ("office_caltech10/webcam", None),
+        "dslr": ("office_caltech10/dslr", None),
+    },
+}
+NUM_CLASSES = 10
+IMAGE_SIZE = 32
+
+HOW_TO_GET = {
+    "digits/mnist": "run `make data` (torchvision download) or copy it from ../shared/data",
+    "digits/usps": "run `make data` (torchvision download) or copy it from ../shared/data",
+    "digits/svhn": (
+        "run `make data` on a machine with internet (torchvision downloads the full SVHN); "
+        "offline, pass --domains without svhn (for example --domains mnist,usps,syn)"
+    ),
+    "digits/syn": "copy it from ../shared/data (SYN digits, Roy et al. 2018; see README, Data)",
+    "office_caltech10/": "copy it from ../shared/data (Office-Caltech-10; see README, Data)",
+}
+
+
+class DataError(RuntimeError):
+    """A data root, file or split is missing, corrupt or impossible."""
+
+
+def _how_to_get(stem: str) -> str:
+    for prefix, how in HOW_TO_GET.items():
+        if stem.startswith(prefix):
+            return how
+    return "see README, Data"
+
+
+def resolve_data_root(cli_value: str | None = None) -> Path:
+    """--data-root, then $BENCH_DATA_ROOT, then ./data, then ../shared/data."""
+    candidates = []
+    if cli_value:
+        candidates.append(("--data-root", Path(cli_value)))
+    elif os.environ.get("BENCH_DATA_ROOT"):
+        candidates.append(("BENCH_DATA_ROOT", Path(os.environ["BENCH_DATA_ROOT"])))
+    else:
+        candidates += [("./data", Path("data")), ("../shared/data", PROJECT_ROOT.parent / "shared" / "data")]
+    for origin, path in candidates:
+        if (path / "SHA256SUMS").is_file():
+            return path.resolve()
+    tried = ", ".join(f"{p} ({o})" for o, p in candidates)
+    raise DataError(
+        f"no data root with a SHA256SUMS file found (tried {tried}). "
+        "Pass --data-root DIR, set BENCH_DATA_ROOT, or run `make data` to fill ./data."
+    )
+
+
+# --------------------------------------------------------------------------- checksums
+
+def _cache_file() -> Path:
+    base = Path(os.environ.get("BENCH_CACHE_DIR", PROJECT_ROOT / ".cache"))
+    return base / "verified_files.json"
+
+
+def _sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def verify_files(root: Path, relpaths: list[str]) -> None:
+    """Check files against root/SHA256SUMS; verified files are cached by size and mtime."""
+    sums = {}
+    for line in (root / "SHA256SUMS").read_text().splitlines():
+        if line.strip():
+            digest, name = line.split(maxsplit=1)
+            sums[name.strip().lstrip("*")] = digest
+    cache_path = _cache_file()
+    try:
+        cache = json.loads(cache_path.read_text())
+    except (OSError, ValueError):
+        cache = {}
+    changed = False
+    for rel in relpaths:
+        path = root / rel
+        if rel not in sums:
+            raise DataError(f"{path} is not listed in {root / 'SHA256SUMS'}; add its sha256 there (`make data` writes it).")
+        stat = path.stat()
+        key = str(path.resolve())
+        stamp = [stat.st_size, stat.st_mtime_ns, sums[rel]]
+        if cache.get(key) == stamp:
+            continue
+        if _sha256(path) != sums[rel]:
+            raise DataError(
+                f"{path} is corrupt: its sha256 does not match {root / 'SHA256SUMS'}. "
+                f"Delete it and get it again: {_how_to_get(rel)}."
+            )
+        cache[key] = stamp
+        changed = True
+    if changed:
+        cache_path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = cache_path.with_suffix(f".tmp{os.getpid()}")
+        tmp.write_text(json.dumps(cache))
+        os.replace(tmp, cache_path)
+
+
+def archive_files(root: Path, stem: str) -> list[str]:
+    """`stem.npz`, or `stem_part0.npz, stem_part1.npz, ...` in order; error if absent."""
+    if (root / f"{stem}.npz").is_file():
+        return [f"{stem}.npz"]
+    parts, i = [], 0
+    while (root / f"{stem}_part{i}.npz").is_file():
+        parts.append(f"{stem}_part{i}.npz")
+        i += 1
+    if not parts:
+        raise DataError(f"missing data file {root / stem}.npz (or {stem}_part0.npz ...): {_how_to_get(stem)}.")
+    return parts
+
+
+def load_archive(root: Path, stem: str) -> tuple[np.ndarray, np.ndarray]:
+    files = archive_files(root, stem)
+    verify_files(root, files)
+    xs, ys = [], []
+    for rel in files:
+        with np.load(root / rel, allow_pickle=False) as z:
+            xs.append(z["x"])
+            ys.append(z["y"])
+    return np.concatenate(xs), np.concatenate(ys).astype(np.int64)
+
+
+def to_tensor_images(x: np.ndarray) -> torch.Tensor:
+    """N x H x W x C uint8 -> N x 3 x 32 x 32 uint8: grey repeated to 3 channels, Resize(32)."""
+    t = torch.from_numpy(np.ascontiguousarray(x)).permute(0, 3, 1, 2)
+    if t.shape[1] == 1:
+        t = t.expand(-1, 3, -1, -1)
+    if t.shape[-2:] != (IMAGE_SIZE, IMAGE_SIZE):
+        # bilinear with antialias: torchvision's tensor path of Resize, matching PIL's filter
+        t = F.interpolate(t.float(), size=(IMAGE_SIZE, IMAGE_SIZE), mode="bilinear", antialias=True, align_corners=False)
+        t = t.round().clamp(0, 255).to(torch.uint8)
+    return t.contiguous()
+
+
+@dataclass
+class Domain:
+    """Raw train and test sets of one domain, labels as int64 numpy arrays."""
+
+    name: str
+    train_x: np.ndarray
+    train_y: np.ndarray
+    test_x: np.ndarray
+    test_y: np.ndarray
+
+
+def office_split(n: int) -> tuple[np.ndarray, np.ndarray]:
+    """FPL's Office-Caltech split by ImageFolder position: train when i % 10 <= 7."""
+    i = np.arange(n)
+    return i[i % 10 <= 7], i[i % 10 > 7]
+
+
+def load_domain(root: Path, dataset: str, domain: str, need_test: bool = True, need_train: bool = True) -> Domain:
+    train_stem, test_stem = DATASETS[dataset][domain]
+    if test_stem is None:  # one archive, split by position
+        x, y = load_archive(root, train_stem)
+        tr, te = office_split(len(y))
+        return Domain(domain, x[tr], y[tr], x[te], y[te])
+    empty = (np.zeros((0, IMAGE_SIZE, IMAGE_SIZE, 3), np.uint8), np.zeros(0, np.int64))
+    train = load_archive(root, train_stem) if need_train else empty
+    test = load_archive(root, test_stem) if need_test else empty
+    return Domain(domain, *train, *test)
+
+
+def check_domains_present(root: Path, dataset: str, domains: list[str]) -> None:
+    """Fail before any training when a needed archive is absent or corrupt."""
+    for d in domains:
+        for stem in DATASETS[dataset][d]:
+            if stem is not None:
+                verify_files(root, archive_files(root, stem))
+
+
+def train_sizes(root: Path, dataset: str, domains: list[str]) -> dict[str, int]:
+    """Number of training images per domain, read from the archives' headers only."""
+    sizes = {}
+    for d in domains:
+        stem, test_stem = DATASETS[dataset][d]
+        n = 0
+        for rel in archive_files(root, stem):
+            with np.load(root / rel, allow_pickle=False) as z:
+                n += len(z["y"])
+        sizes[d] = len(office_split(n)[0]) if test_stem is None else n
+    return sizes
+
+
+# --------------------------------------------------------------------------- partition
+
+def partition_domain(
+    labels: np.ndarray, num_clients: int, pct: float, seed: int, fraction: float = 1.0, fill_missing_classes: bool = False
+) -> list[np.ndarray]:
+    """Clients in order each take int(pct * N) indices from a seeded permutation of what remains.
+
+    `fraction` scales every client's count (small settings for tests); with
+    `fill_missing_classes` (Office-Caltech) a class absent from a client gets one
+    sample of it drawn from the whole training set of the domain.
+    """
+    n = len(labels)
+    per_client = int(pct * n)
+    if fraction != 1.0:
+        per_client = max(1, int(fraction * per_client))
+    if per_client < 1:
+        raise DataError(f"a client would get int({pct} x {n}) = 0 samples; raise the percentage.")
+    if num_clients * per_client > n:
+        raise DataError(
+            f"impossible split: {num_clients} clients x {per_client} samples = {num_clients * per_client} "
+            f"> {n} training samples in the domain; use fewer clients or a smaller share."
+        )
+    rng = np.random.default_rng(seed)
+    remaining = np.arange(n)
+    shards = []
+    for _ in range(num_clients):
+        perm = rng.permutation(remaining)
+        shards.append(np.sort(perm[:per_client]))
+        remaining = perm[per_client:]
+    if fill_missing_classes:
+        for c, shard in enumerate(shards):
+            missing = np.setdiff1d(np.unique(labels), labels[shard])
+            extra = [rng.choice(np.flatnonzero(labels == k)) for k in missing]
+            if extra:
+                shards[c] = np.concatenate([shard, np.asarray(extra, dtype=shard.dtype)])
+    return shards
+
+
+def eval_subset(n: int, cap: int | None) -> np.ndarray:
+    """All test indices, or a fixed (seed 0) random subset of `cap` of them, in order."""
+    if cap is None or cap >= n:
+        return np.arange(n)
+    return np.sort(np.random.default_rng(0).permutation(n)[:cap])
+
+
+def plan_clients(root: Path, dataset: str, clients_per_domain: dict[str, int], pct: float, seed: int,
+                 fraction: float = 1.0) -> list[dict]:
+    """Every client's id, domain and training indices, domains and clients in order.
+
+    Each domain's pool is partitioned with its own seeded stream (seed, domain
+    position), so the same seed gives the same partition on any machine and
+    dropping a domain leaves the others' partitions unchanged.
+    """
+    order = list(DATASETS[dataset])
+    clients = []
+    for d, n_clients in clients_per_domain.items():
+        train_stem, test_stem = DATASETS[dataset][d]
+        office = test_stem is None
+        labels = np.concatenate([np.load(root / f, allow_pickle=False)["y"] for f in archive_files(root, train_stem)])
+        if office:
+            labels = labels[office_split(len(labels))[0]]
+        try:
+            shards = partition_domain(labels, n_clients, pct, [seed, order.index(d)], fraction, fill_missing_classes=office)
+        except DataError as e:
+            raise DataError(f"{dataset}/{d}: {e}") from None
+        for shard in shards:
+            clients.append({"id": len(clients), "domain": d, "indices": shard.tolist(), "num_samples": len(shard)})
+    return clients

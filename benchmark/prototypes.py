@@ -1,0 +1,64 @@
+"""Server-side prototype construction: class means, FINCH cluster prototypes, unbiased prototypes."""
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+import torch
+
+with warnings.catch_warnings():  # finch warns that pynndescent (only for >20k points) is absent
+    warnings.simplefilter("ignore")
+    from finch import FINCH
+
+ClientPrototypes = dict  # client id -> {class: 1-d tensor}
+
+
+def by_class(client_protos: dict[int, dict[int, torch.Tensor]]) -> dict[int, torch.Tensor]:
+    """class -> stacked prototypes of the clients that hold it, in client-id order."""
+    grouped: dict[int, list[torch.Tensor]] = {}
+    for cid in sorted(client_protos):
+        for k, v in client_protos[cid].items():
+            grouped.setdefault(int(k), []).append(v.float().cpu())
+    return {k: torch.stack(grouped[k]) for k in sorted(grouped)}
+
+
+def mean_prototypes(client_protos: dict, num_classes: int, dim: int) -> torch.Tensor:
+    """Global prototypes: per class, the unweighted mean over the clients that hold it.
+
+    Returns num_classes x dim; a class no client holds is a row of NaN.
+    """
+    out = torch.full((num_classes, dim), float("nan"))
+    for k, protos in by_class(client_protos).items():
+        out[k] = protos.mean(dim=0)
+    return out
+
+
+def finch_clusters(points: torch.Tensor) -> np.ndarray:
+    """FINCH (cosine, ensure_early_exit=False) labels of the last, coarsest partition."""
+    if len(points) == 1:
+        return np.zeros(1, dtype=np.int64)
+    c, _, _ = FINCH(data=points.numpy().astype(np.float32), distance="cosine", ensure_early_exit=False, verbose=False)
+    return np.asarray(c[:, -1], dtype=np.int64)
+
+
+def cluster_prototypes(client_protos: dict, num_classes: int, dim: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """FPL's server step.
+
+    Per class, FINCH over the client prototypes; a cluster prototype is the mean of
+    its members (a class held by one client keeps that prototype). The unbiased
+    prototype of a class is the unweighted mean of its cluster prototypes.
+    Returns (cluster prototypes M x dim, their classes M, unbiased num_classes x dim
+    with NaN rows for classes no client holds).
+    """
+    protos, labels = [], []
+    unbiased = torch.full((num_classes, dim), float("nan"))
+    for k, points in by_class(client_protos).items():
+        assign = torch.from_numpy(finch_clusters(points))
+        ids = torch.unique(assign)
+        centers = torch.stack([points[assign == i].mean(dim=0) for i in ids])
+        protos.append(centers)
+        labels.append(torch.full((len(ids),), k, dtype=torch.long))
+        unbiased[k] = centers.mean(dim=0)
+    if not protos:
+        return torch.zeros(0, dim), torch.zeros(0, dtype=torch.long), unbiased
+    return torch.cat(protos), torch.cat(labels), unbiased

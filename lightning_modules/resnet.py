@@ -1,0 +1,50 @@
+"""CIFAR-style ResNet-10 of FPL (PROTOCOL.md section 1): 4,903,242 parameters."""
+from __future__ import annotations
+
+import torch
+from torch import nn
+import torch.nn.functional as F
+
+
+class BasicBlock(nn.Module):
+    def __init__(self, cin: int, cout: int, stride: int):
+        super().__init__()
+        self.conv1 = nn.Conv2d(cin, cout, 3, stride, 1, bias=False)
+        self.bn1 = nn.BatchNorm2d(cout)
+        self.conv2 = nn.Conv2d(cout, cout, 3, 1, 1, bias=False)
+        self.bn2 = nn.BatchNorm2d(cout)
+        self.shortcut = nn.Sequential()
+        if stride != 1 or cin != cout:
+            self.shortcut = nn.Sequential(nn.Conv2d(cin, cout, 1, stride, bias=False), nn.BatchNorm2d(cout))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        out = F.relu(self.bn1(self.conv1(x)))
+        out = self.bn2(self.conv2(out))
+        return F.relu(out + self.shortcut(x))
+
+
+class ResNet10(nn.Module):
+    """conv3x3(3->64) + BN + ReLU, no max-pool; one BasicBlock per stage (64/128/256/512,
+    strides 1/2/2/2); global average pool -> 512-d post-ReLU feature; Linear(512, classes)."""
+
+    feature_dim = 512
+
+    def __init__(self, num_classes: int = 10):
+        super().__init__()
+        self.conv1 = nn.Conv2d(3, 64, 3, 1, 1, bias=False)
+        self.bn1 = nn.BatchNorm2d(64)
+        widths, strides, cin, layers = (64, 128, 256, 512), (1, 2, 2, 2), 64, []
+        for w, s in zip(widths, strides):
+            layers.append(BasicBlock(cin, w, s))
+            cin = w
+        self.layers = nn.Sequential(*layers)
+        self.classifier = nn.Linear(512, num_classes)
+
+    def features(self, x: torch.Tensor) -> torch.Tensor:
+        out = self.layers(F.relu(self.bn1(self.conv1(x))))
+        return F.adaptive_avg_pool2d(out, 1).flatten(1)
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Returns (logits, features)."""
+        z = self.features(x)
+        return self.classifier(z), z

@@ -1,0 +1,137 @@
+"""The driver: runs the rounds. Broadcast, local training in the client groups,
+aggregation, prototype clustering, evaluation of the global model on every domain.
+
+`Driver` is a plain class: the Ray executor runs it as an actor and holds the
+client groups in Ray actors; the local executor runs both in this process. The
+round code is the same.
+"""
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from benchmark.data import eval_subset, load_domain, to_tensor_images
+from benchmark.methods import METHODS
+from benchmark.transforms import normalize
+from lightning_modules.resnet import ResNet10
+from ray_jobs.clients import ClientGroup, resolve_device
+
+
+def assign_groups(clients: list[dict], num_groups: int) -> list[list[dict]]:
+    """Round-robin clients over the groups (so each group mixes domains evenly)."""
+    groups = [clients[g::num_groups] for g in range(min(num_groups, len(clients)))]
+    return [g for g in groups if g]
+
+
+class LocalExecutor:
+    """Client groups as plain objects in this process."""
+
+    def __init__(self, cfg: dict, groups: list[list[dict]], data_root: str):
+        threads = max(1, int(cfg["cpus_per_actor"])) if resolve_device(cfg["device"]).type == "cpu" else None
+        self.groups = [ClientGroup(cfg, g, data_root, threads) for g in groups]
+
+    def put(self, obj):
+        return obj
+
+    def map(self, name: str, *args) -> list:
+        return [getattr(g, name)(*args) for g in self.groups]
+
+
+class RayExecutor:
+    """Client groups in Ray actors with the configured CPU / GPU shares (fractions allowed)."""
+
+    def __init__(self, cfg: dict, groups: list[list[dict]], data_root: str):
+        import ray
+
+        self.ray = ray
+        threads = max(1, int(cfg["cpus_per_actor"])) if cfg["gpus_per_actor"] == 0 else None
+        actor = ray.remote(ClientGroup).options(num_cpus=cfg["cpus_per_actor"], num_gpus=cfg["gpus_per_actor"])
+        self.groups = [actor.remote(cfg, g, data_root, threads) for g in groups]
+
+    def put(self, obj):
+        return self.ray.put(obj)  # once per round, shared by every actor
+
+    def map(self, name: str, *args) -> list:
+        return self.ray.get([getattr(g, name).remote(*args) for g in self.groups])
+
+
+class Driver:
+    def __init__(self, cfg: dict, clients: list[dict], data_root: str):
+        self.cfg = cfg
+        threads = max(1, int(cfg["driver_cpus"]))
+        torch.set_num_threads(threads)
+        self.device = resolve_device(cfg["device"])
+        self.method = METHODS[cfg["method"]]
+        torch.manual_seed(cfg["seed"])  # one initialisation for every client
+        model = ResNet10(10)
+        self.global_state = {k: v.clone() for k, v in model.state_dict().items()}
+        self.model = model.to(self.device)
+        param_keys = [k for k, _ in model.named_parameters()]
+        self.rule = self.method.server(cfg["hparams"], 10, ResNet10.feature_dim, cfg["rounds"], param_keys)
+        self.payload: dict = {}
+        self.test_sets = {}
+        for d in cfg["domains"]:
+            dom = load_domain(Path(data_root), cfg["dataset"], d, need_train=False)
+            keep = eval_subset(len(dom.test_y), cfg["eval_max"])
+            self.test_sets[d] = (to_tensor_images(dom.test_x[keep]).to(self.device), torch.from_numpy(dom.test_y[keep]).to(self.device))
+        executor = RayExecutor if cfg["executor"] == "ray" else LocalExecutor
+        self.executor = executor(cfg, assign_groups(clients, cfg["num_actors"]), data_root)
+
+    def test_sizes(self) -> dict[str, int]:
+        return {d: len(y) for d, (_, y) in self.test_sets.items()}
+
+    def run_round(self, r: int) -> dict:
+        t0 = time.perf_counter()
+        state_ref = self.executor.put(self.global_state)
+        payload_ref = self.executor.put(self.payload)
+        results = self.executor.map("train", state_ref, payload_ref, r)
+        t1 = time.perf_counter()
+
+        total = sum(res["weight"] for res in results)
+        sum64 = results[0]["sum"]
+        for res in results[1:]:
+            sum64 = {k: sum64[k] + res["sum"][k] for k in sum64}
+        mean64 = {k: v / total for k, v in sum64.items()}
+        self.global_state = self.rule.aggregate(self.global_state, mean64, r)
+        t2 = time.perf_counter()
+
+        protos = {cid: p for res in results for cid, p in res["protos"].items()}
+        self.payload = self.rule.payload(protos, r)
+        t3 = time.perf_counter()
+
+        acc = self.evaluate()
+        t4 = time.perf_counter()
+        losses = {cid: l for res in results for cid, l in res["losses"].items()}
+        train_s = max(res["train_s"] for res in results)
+        return {
+            "round": r,
+            "accuracy": acc,
+            "train_loss": float(np.mean([losses[c] for c in sorted(losses)])),
+            "client_loss": {str(c): losses[c] for c in sorted(losses)},
+            "time_s": {
+                "local_training": train_s,
+                "transfer_and_scheduling": (t1 - t0) - train_s,
+                "aggregation": t2 - t1,
+                "clustering": t3 - t2,
+                "evaluation": t4 - t3,
+                "round": t4 - t0,
+            },
+        }
+
+    @torch.no_grad()
+    def evaluate(self, batch_size: int = 1000) -> dict[str, float]:
+        """Accuracy (percent) of the global model, eval mode, on every domain's test set; AVG unweighted."""
+        self.model.load_state_dict(self.global_state)
+        self.model.eval()
+        acc = {}
+        for d, (x, y) in self.test_sets.items():
+            correct = 0
+            for i in range(0, len(y), batch_size):
+                logits, _ = self.model(normalize(x[i : i + batch_size]))
+                correct += int((logits.argmax(1) == y[i : i + batch_size]).sum())
+            acc[d] = 100.0 * correct / len(y)
+        acc["AVG"] = float(np.mean([acc[d] for d in self.test_sets]))
+        return acc

@@ -1,0 +1,188 @@
+"""Entry point: `python -m ray_jobs.run --method fpl --dataset digits ...`.
+
+Works locally (starts a Ray instance, or connects to RAY_ADDRESS) and as a
+`ray job submit` entrypoint. Defaults are the paper's protocol. Bad input
+stops before any training with one message saying what is wrong and how to fix it.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import socket
+import sys
+import time
+from pathlib import Path
+from urllib.parse import urlparse
+
+import pandas as pd
+
+from benchmark.config import CLIENT_PCT, ConfigError, RunConfig
+from benchmark.data import DataError, check_domains_present, plan_clients, resolve_data_root
+from benchmark.methods import METHODS, HyperparameterError
+from benchmark.results import Recorder
+
+DEFAULT_OUT = Path("results") / "runs"
+
+
+class RunError(RuntimeError):
+    """A run cannot start or had to stop; the message says why."""
+
+
+def parse_hp(items: list[str]) -> dict:
+    out = {}
+    for item in items:
+        if "=" not in item:
+            raise ConfigError(f"--hp takes name=value (got {item!r}).")
+        k, v = item.split("=", 1)
+        try:
+            out[k] = json.loads(v)
+        except ValueError:
+            out[k] = v
+    return out
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m ray_jobs.run", description=__doc__,
+                                formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    d = RunConfig.__dataclass_fields__
+    p.add_argument("--method", default=d["method"].default, help=f"one of {', '.join(METHODS)}")
+    p.add_argument("--dataset", default=d["dataset"].default, help="digits or office_caltech")
+    p.add_argument("--split", default=None, help="client split preset (digits: code [default] or paper)")
+    p.add_argument("--domains", default=None, help="comma-separated subset of the dataset's domains")
+    p.add_argument("--rounds", type=int, default=d["rounds"].default)
+    p.add_argument("--local-epochs", type=int, default=d["local_epochs"].default)
+    p.add_argument("--seed", type=int, default=d["seed"].default)
+    p.add_argument("--hp", action="append", default=[], metavar="NAME=VALUE", help="method hyperparameter, e.g. tau=0.02")
+    p.add_argument("--client-fraction", type=float, default=1.0, help="scales every client's sample count")
+    p.add_argument("--eval-max", type=int, default=None, help="caps each domain's test set")
+    p.add_argument("--executor", default="ray", choices=["ray", "local"])
+    p.add_argument("--num-actors", type=int, default=d["num_actors"].default, help="client actors (groups of clients)")
+    p.add_argument("--cpus-per-actor", type=float, default=d["cpus_per_actor"].default)
+    p.add_argument("--gpus-per-actor", type=float, default=d["gpus_per_actor"].default, help="fractions share a GPU")
+    p.add_argument("--driver-cpus", type=float, default=d["driver_cpus"].default)
+    p.add_argument("--driver-gpus", type=float, default=d["driver_gpus"].default)
+    p.add_argument("--device", default="auto", help="auto, cpu or cuda")
+    p.add_argument("--data-root", default=None, help="default: $BENCH_DATA_ROOT, ./data, ../shared/data")
+    p.add_argument("--out", default=None, help=f"run folder (default {DEFAULT_OUT}/<run-name>)")
+    p.add_argument("--name", default=None, help="run name (default method-dataset-split-seed)")
+    p.add_argument("--wandb-project", default=d["wandb_project"].default)
+    p.add_argument("--wandb-group", default=None)
+    p.add_argument("--quiet", action="store_true", help="no per-round lines")
+    return p
+
+
+def config_from_args(args) -> RunConfig:
+    return RunConfig(
+        method=args.method, dataset=args.dataset, split=args.split,
+        domains=args.domains.split(",") if args.domains else None,
+        rounds=args.rounds, local_epochs=args.local_epochs, seed=args.seed, hparams=parse_hp(args.hp),
+        client_fraction=args.client_fraction, eval_max=args.eval_max, executor=args.executor,
+        num_actors=args.num_actors, cpus_per_actor=args.cpus_per_actor, gpus_per_actor=args.gpus_per_actor,
+        driver_cpus=args.driver_cpus, driver_gpus=args.driver_gpus, device=args.device,
+        data_root=args.data_root, out=args.out, name=args.name,
+        wandb_project=args.wandb_project, wandb_group=args.wandb_group,
+    )
+
+
+def check_ray_address(address: str | None) -> None:
+    """Fail fast (5 s) when RAY_ADDRESS names a head that does not answer."""
+    if not address or address in ("auto", "local"):
+        return
+    url = urlparse(address if "://" in address else f"tcp://{address}")
+    host, port = url.hostname, url.port
+    if not host or not port:
+        raise RunError(f"RAY_ADDRESS={address!r} is not host:port; set it to the head's GCS address (e.g. 10.0.0.1:6379) or unset it.")
+    try:
+        socket.create_connection((host, port), timeout=5).close()
+    except OSError as e:
+        raise RunError(
+            f"RAY_ADDRESS={address} is unreachable ({e.strerror or e}). Start the head with `ray start --head`, "
+            "fix the address, or unset RAY_ADDRESS to run on a local Ray instance."
+        ) from None
+
+
+def init_ray(cfg: RunConfig):
+    import ray
+
+    address = os.environ.get("RAY_ADDRESS")
+    check_ray_address(address)
+    need_cpu = cfg.driver_cpus + cfg.num_actors * cfg.cpus_per_actor
+    need_gpu = cfg.driver_gpus + cfg.num_actors * cfg.gpus_per_actor
+    if not ray.is_initialized():
+        if address:
+            ray.init(address=address, logging_level="WARNING")
+        else:  # a local instance: logical CPUs enough for the driver and every actor
+            ray.init(num_cpus=max(os.cpu_count() or 1, math.ceil(need_cpu)), logging_level="WARNING")
+    have = ray.cluster_resources()
+    if need_cpu > have.get("CPU", 0) or need_gpu > have.get("GPU", 0):
+        raise RunError(
+            f"the run asks for {need_cpu:g} CPUs and {need_gpu:g} GPUs (driver plus {cfg.num_actors} actors) but the "
+            f"Ray cluster has {have.get('CPU', 0):g} CPUs and {have.get('GPU', 0):g} GPUs; lower --num-actors, "
+            "--cpus-per-actor or --gpus-per-actor (fractions share a GPU)."
+        )
+    return ray
+
+
+def run(cfg: RunConfig, quiet: bool = False) -> dict:
+    """Run one experiment end to end; returns summary.json's content."""
+    root = resolve_data_root(cfg.data_root)
+    check_domains_present(root, cfg.dataset, cfg.domains)
+    clients = plan_clients(root, cfg.dataset, cfg.clients_per_domain, CLIENT_PCT[cfg.dataset], cfg.seed, cfg.client_fraction)
+    out = Path(cfg.out) if cfg.out else DEFAULT_OUT / cfg.run_name
+    record_cfg = {**cfg.to_dict(), "run_name": cfg.run_name, "dropped_domains": cfg.dropped_domains,
+                  "data_root": str(root), "out": str(out)}
+    from ray_jobs.driver import Driver
+
+    if cfg.executor == "ray":
+        ray = init_ray(cfg)
+        driver = ray.remote(Driver).options(num_cpus=cfg.driver_cpus, num_gpus=cfg.driver_gpus).remote(record_cfg, clients, str(root))
+        call = lambda name, *a: ray.get(getattr(driver, name).remote(*a))  # noqa: E731
+    else:
+        driver = Driver(record_cfg, clients, str(root))
+        call = lambda name, *a: getattr(driver, name)(*a)  # noqa: E731
+
+    public_clients = [{k: c[k] for k in ("id", "domain", "num_samples")} for c in clients]
+    recorder = Recorder(out, record_cfg, public_clients, call("test_sizes"))
+    if cfg.dropped_domains:
+        print(f"note: domains left out of this run: {', '.join(cfg.dropped_domains)} (their clients are dropped)")
+    try:
+        for r in range(cfg.rounds):
+            rec = call("run_round", r)
+            recorder.log_round(rec)
+            if not quiet:
+                acc = "  ".join(f"{d} {v:5.2f}" for d, v in rec["accuracy"].items())
+                print(f"[{cfg.run_name}] round {r + 1}/{cfg.rounds}  loss {rec['train_loss']:.4f}  {acc}  "
+                      f"({rec['time_s']['round']:.1f}s)", flush=True)
+    except Exception as e:  # the run stops; the folder keeps what it has, without summary.json
+        msg = str(getattr(e, "cause", None) or e).strip().splitlines()[-1] if str(e) else repr(e)
+        recorder.fail(msg)
+        raise RunError(msg) from e
+    return recorder.finish()
+
+
+def format_table(summary: dict) -> str:
+    df = pd.DataFrame({"final": summary["final"], "last5": summary["last5"]}).T
+    title = f"{summary['method']} on {summary['dataset']} ({summary['split']} split, seed {summary['seed']}, {summary['rounds']} rounds)"
+    if summary.get("dropped_domains"):
+        title += f"; without {', '.join(summary['dropped_domains'])}"
+    return f"{title}\n{df.to_string(float_format=lambda v: f'{v:6.2f}')}"
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    t0 = time.time()
+    try:
+        cfg = config_from_args(args)
+        summary = run(cfg, quiet=args.quiet)
+    except (ConfigError, HyperparameterError, DataError, RunError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    print(format_table(summary))
+    print(f"run folder: {Path(cfg.out) if cfg.out else DEFAULT_OUT / cfg.run_name}  ({time.time() - t0:.0f}s)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
