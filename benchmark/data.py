@@ -230,10 +230,13 @@ def partition_domain(
     """
     n = len(labels)
     per_client = int(pct * n)
+    if per_client < 1:
+        raise DataError(
+            f"the split asks for more samples than the domain has: a client takes int({pct} x {n}) = 0 of its "
+            f"{n} training images; use a data root with the full domain, or leave the domain out with --domains."
+        )
     if fraction != 1.0:
         per_client = max(1, int(fraction * per_client))
-    if per_client < 1:
-        raise DataError(f"a client would get int({pct} x {n}) = 0 samples; raise the percentage.")
     if num_clients * per_client > n:
         raise DataError(
             f"impossible split: {num_clients} clients x {per_client} samples = {num_clients * per_client} "

@@ -26,13 +26,24 @@ class HyperparameterError(ValueError):
 def _positive(*names):
     def check(hp):
         for n in names:
-            if not hp[n] > 0:
-                raise HyperparameterError(f"{n} must be > 0 (got {hp[n]}).")
+            v = hp[n]
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not v > 0:
+                raise HyperparameterError(f"{n} must be a number > 0 (got {v!r}).")
     return check
+
+
+def _check_fedopt(hp):
+    _positive("server_lr")(hp)
+    m = hp["server_momentum"]
+    if isinstance(m, bool) or not isinstance(m, (int, float)) or not 0 <= m < 1:
+        raise HyperparameterError(f"server_momentum must be a number in [0, 1) (got {m!r}).")
 
 
 def _check_fpl(hp):
     _positive("tau")(hp)
+    for n in ("cpcl", "upcr"):
+        if not isinstance(hp[n], bool):
+            raise HyperparameterError(f"{n} must be true or false (got {hp[n]!r}).")
     if hp["upcr_target"] not in ("unbiased", "global"):
         raise HyperparameterError(f"upcr_target must be unbiased or global (got {hp['upcr_target']!r}).")
     if hp["cpcl_protos"] not in ("cluster", "global"):
@@ -64,7 +75,7 @@ register(Method("fedprox", FedProxClient, server.ServerRule, {"mu": 0.01}, _posi
 register(Method("moon", MOONClient, server.ServerRule, {"mu": 5.0, "temperature": 0.5}, _positive("mu", "temperature"), "MOON"))
 register(Method("feddyn", FedDynClient, server.FedDynServer, {"alpha": 0.01}, _positive("alpha"), "FedDyn"))
 register(Method("fedopt", FedAvgClient, server.FedOptServer, {"server_lr": 0.5, "server_momentum": 0.9},
-                _positive("server_lr"), "FedOpt (server SGD with momentum)"))
+                _check_fedopt, "FedOpt (server SGD with momentum)"))
 register(Method("fedproc", FedProcClient, server.FedProcServer, {"temperature": 1.0}, _positive("temperature"), "FedProc"))
 register(Method("fedproto", FedProtoClient, server.MeanPrototypeServer, {"mu": 2.0}, _positive("mu"),
                 "FedProto with parameter averaging"))

@@ -87,7 +87,7 @@ class Recorder:
                 config=cfg,
                 mode=wandb_mode(),
                 dir=str(self.out),
-                reinit="finish_previous",
+                reinit="create_new",
             )
 
     def log_round(self, record: dict) -> None:
@@ -120,3 +120,7 @@ class Recorder:
         atomic_write(self.out / "error.txt", message + "\n")
         if self.wandb:
             self.wandb.finish(exit_code=1)
+
+
+def read_summary(run_dir: Path) -> dict:
+    return json.loads((Path(run_dir) / "summary.json").read_text())

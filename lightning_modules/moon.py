@@ -28,6 +28,14 @@ class MOONClient(ClientModule):
         self.global_net.eval()
         self.previous_net.eval()
 
+    def train(self, mode: bool = True):
+        # fit_local calls module.train(): the frozen models are submodules, keep them in eval mode
+        super().train(mode)
+        if hasattr(self, "global_net"):
+            self.global_net.eval()
+            self.previous_net.eval()
+        return self
+
     def client_state(self):
         return {k: v.detach().clone() for k, v in self.net.state_dict().items()}
 

@@ -1,0 +1,39 @@
+# Every target sets itself up: a venv under .venv, created once, reused through a stamp file.
+PYTHON ?= $(shell command -v python3.11 || command -v python3)
+VENV   := .venv
+PY     := $(VENV)/bin/python
+STAMP  := $(VENV)/.installed
+PROFILE ?= full
+DOMAINS ?=
+export RAY_AUTH_MODE ?= disabled
+export RAY_USAGE_STATS_ENABLED ?= 0
+
+.PHONY: setup demo test bench data table1 table2 table3 clean
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q -e '.[test]'
+	touch $(STAMP)
+
+setup: $(STAMP)
+
+## FedAvg vs FPL on Office-Caltech-10 through Ray on the CPU, about 10 minutes
+demo: $(STAMP)
+	$(PY) -m ray_jobs.demo
+
+test: $(STAMP)
+	$(PY) -m pytest -q
+
+## loop overhead, throughput and round phases; output saved under results/perf/
+bench: $(STAMP)
+	$(PY) -m benchmark.bench
+
+## MNIST, USPS and SVHN through torchvision's downloaders into ./data (needs internet)
+data: $(STAMP)
+	$(PY) -m benchmark.download --root data
+
+table1 table2 table3: $(STAMP)
+	$(PY) -m ray_jobs.sweep --table $(subst table,,$@) --profile $(PROFILE) $(if $(DOMAINS),--domains $(DOMAINS))
+
+clean:
+	rm -rf $(VENV) .cache

@@ -1,0 +1,194 @@
+"""`make bench`: where the time goes, measured in one run on this machine; not a test.
+
+(1) Overhead of the LightningModule client loop (`fit_local`) over a plain
+    PyTorch loop on the same batches, per step and per client-round, with a
+    model small enough that the overhead is visible; Lightning's own Trainer
+    (checkpoint, logger, progress bar, model summary all off) for comparison.
+(2) ResNet-10 training images per second through both loops, and their ratio.
+(3) One small FPL round through Ray, split into its phases.
+Prints a report and saves it to results/perf/bench-<device>.txt.
+"""
+from __future__ import annotations
+
+import argparse
+import io
+import os
+import platform
+import time
+import warnings
+from contextlib import redirect_stdout
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from benchmark.transforms import augment
+from lightning_modules.base import batches, fit_local
+from lightning_modules.fedavg import FedAvgClient
+
+
+class TinyNet(nn.Module):
+    """A model whose step costs well under a millisecond, so loop overhead shows."""
+
+    feature_dim = 16
+
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(3, 8, 3, stride=4)
+        self.fc = nn.Linear(8, 16)
+        self.classifier = nn.Linear(16, 10)
+
+    def features(self, x):
+        return F.relu(self.fc(F.adaptive_avg_pool2d(F.relu(self.conv(x)), 1).flatten(1)))
+
+    def forward(self, x):
+        z = self.features(x)
+        return self.classifier(z), z
+
+
+def plain_loop(net, x, y, epochs, batch_size, gen, lr=0.01):
+    opt = torch.optim.SGD(net.parameters(), lr=lr, momentum=0.9, weight_decay=1e-5)
+    net.train()
+    for _ in range(epochs):
+        for idx in batches(len(y), batch_size, gen):
+            idx = idx.to(x.device)
+            logits, _ = net(augment(x[idx], gen))
+            loss = F.cross_entropy(logits, y[idx])
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            opt.step()
+    return float(loss)
+
+
+def sync(device):
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+
+
+def timed(fn, device, repeats):
+    """Best of `repeats` wall times (seconds)."""
+    best = float("inf")
+    for _ in range(repeats):
+        sync(device)
+        t = time.perf_counter()
+        fn()
+        sync(device)
+        best = min(best, time.perf_counter() - t)
+    return best
+
+
+def client_module(net_factory, device, cls=FedAvgClient):
+    m = cls()
+    m.net = net_factory()
+    return m.to(device)
+
+
+class TrainerClient(FedAvgClient):
+    """The same client module for lightning.Trainer: raw batches from a DataLoader, augmented here."""
+
+    def training_step(self, batch, batch_idx):
+        x, y = batch
+        return super().training_step((augment(x), y), batch_idx)
+
+
+def trainer_fit(module, x, y, epochs, batch_size):
+    """The same client round through lightning.Trainer.fit, every per-fit extra off."""
+    import lightning as L
+    from torch.utils.data import DataLoader, TensorDataset
+
+    loader = DataLoader(TensorDataset(x, y), batch_size=batch_size, shuffle=True)
+    trainer = L.Trainer(max_epochs=epochs, accelerator=x.device.type, devices=1, logger=False, enable_checkpointing=False,
+                        enable_progress_bar=False, enable_model_summary=False, num_sanity_val_steps=0)
+    with warnings.catch_warnings(), redirect_stdout(io.StringIO()):
+        warnings.simplefilter("ignore")
+        trainer.fit(module, loader)
+
+
+def loop_overhead(device, n=640, epochs=5, repeats=5):
+    x = torch.randint(0, 256, (n, 3, 32, 32), dtype=torch.uint8, device=device)
+    y = torch.randint(0, 10, (n,), device=device)
+    steps = epochs * ((n + 63) // 64)
+    torch.manual_seed(0)
+    net = TinyNet().to(device)
+    module = client_module(TinyNet, device)
+    t_plain = timed(lambda: plain_loop(net, x, y, epochs, 64, torch.Generator().manual_seed(0)), device, repeats)
+    t_ours = timed(lambda: fit_local(module, x, y, epochs, 64, torch.Generator().manual_seed(0)), device, repeats)
+    t_trainer = timed(lambda: trainer_fit(client_module(TinyNet, device, TrainerClient), x, y, epochs, 64), device, max(2, repeats // 2))
+    return steps, t_plain, t_ours, t_trainer
+
+
+def resnet_throughput(device, n, epochs, repeats):
+    from lightning_modules.resnet import ResNet10
+
+    x = torch.randint(0, 256, (n, 3, 32, 32), dtype=torch.uint8, device=device)
+    y = torch.randint(0, 10, (n,), device=device)
+    net = ResNet10().to(device)
+    module = client_module(ResNet10, device)
+    images = n * epochs
+    t_plain = timed(lambda: plain_loop(net, x, y, epochs, 64, torch.Generator().manual_seed(0)), device, repeats)
+    t_ours = timed(lambda: fit_local(module, x, y, epochs, 64, torch.Generator().manual_seed(0)), device, repeats)
+    return images / t_plain, images / t_ours
+
+
+def ray_round_phases():
+    import tempfile
+
+    from benchmark.config import RunConfig
+    from ray_jobs.run import run
+
+    os.environ.setdefault("WANDB_MODE", "disabled")
+    with tempfile.TemporaryDirectory() as out:
+        cfg = RunConfig(method="fpl", dataset="office_caltech", rounds=2, local_epochs=1, client_fraction=0.3,
+                        eval_max=None, out=out, num_actors=2)
+        run(cfg, quiet=True)
+        from benchmark.results import read_jsonl
+
+        return cfg, read_jsonl(Path(out) / "metrics.jsonl")[-1]["time_s"]
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--device", default="auto")
+    ap.add_argument("--skip-ray", action="store_true", help="skip (3), e.g. on a machine without Ray")
+    ap.add_argument("--out-dir", default="results/perf")
+    args = ap.parse_args(argv)
+    device = torch.device("cuda" if args.device == "auto" and torch.cuda.is_available() else
+                          ("cpu" if args.device == "auto" else args.device))
+    lines = []
+    say = lambda s="": (print(s, flush=True), lines.append(s))  # noqa: E731
+    hw = torch.cuda.get_device_name(0) if device.type == "cuda" else f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores"
+    say(f"make bench  {time.strftime('%Y-%m-%d %H:%M')}  device: {device} ({hw}), torch {torch.__version__}, "
+        f"{torch.get_num_threads()} threads")
+    say()
+    steps, t_plain, t_ours, t_trainer = loop_overhead(device)
+    say(f"(1) client loop overhead, tiny model, {steps} steps of batch 64 per client-round (best of 5)")
+    say(f"    plain PyTorch loop        {1e3 * t_plain:8.2f} ms per client-round  {1e3 * t_plain / steps:7.3f} ms per step")
+    say(f"    LightningModule fit_local {1e3 * t_ours:8.2f} ms per client-round  {1e3 * t_ours / steps:7.3f} ms per step")
+    say(f"    lightning.Trainer.fit     {1e3 * t_trainer:8.2f} ms per client-round  {1e3 * t_trainer / steps:7.3f} ms per step")
+    say(f"    overhead of fit_local: {1e3 * (t_ours - t_plain) / steps:+.3f} ms per step, "
+        f"{1e3 * (t_ours - t_plain):+.2f} ms per client-round (target <= 0.1 ms and <= 5 ms)")
+    say(f"    overhead of Trainer.fit: {1e3 * (t_trainer - t_plain):+.2f} ms per client-round")
+    say()
+    n, epochs, repeats = (640, 2, 3) if device.type == "cuda" else (128, 1, 2)
+    ips_plain, ips_ours = resnet_throughput(device, n, epochs, repeats)
+    say(f"(2) ResNet-10 training throughput ({n * epochs} images per measurement, batch 64)")
+    say(f"    plain PyTorch loop        {ips_plain:9.1f} images/s")
+    say(f"    LightningModule fit_local {ips_ours:9.1f} images/s")
+    say(f"    ratio fit_local / plain   {ips_ours / ips_plain:9.3f}")
+    if not args.skip_ray:
+        say()
+        cfg, phases = ray_round_phases()
+        say(f"(3) one FPL round through Ray: Office-Caltech, {cfg.num_actors} client actors, 10 clients at "
+            f"{cfg.client_fraction:g} of their data, 1 local epoch, full test sets (second round)")
+        for k, v in phases.items():
+            say(f"    {k:24s} {v:8.3f} s")
+    out = Path(args.out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    path = out / f"bench-{device.type}.txt"
+    path.write_text("\n".join(lines) + "\n\ncommand: make bench (python -m benchmark.bench)\n")
+    print(f"\nsaved: {path}")
+
+
+if __name__ == "__main__":
+    main()

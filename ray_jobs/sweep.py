@@ -1,0 +1,227 @@
+"""`make table1|table2|table3`: the paper's sweeps through Ray, resumable, then a report beside the paper.
+
+    python -m ray_jobs.sweep --table 2 [--profile full|smoke] [--domains mnist,usps,syn]
+
+A run whose complete summary.json exists is not run again, so an interrupted
+sweep continues where it stopped. Runs go to Ray concurrently as far as the
+cluster's resources allow (RAY_ADDRESS for a cluster, else a local instance).
+The `smoke` profile runs the same code paths with tiny settings; its reports go
+to results/smoke/ and say so in their titles, never over a full-profile report.
+"""
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+import threading
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from benchmark import paper
+from benchmark.config import ConfigError, RunConfig
+from benchmark.data import DATASETS, DataError, check_domains_present, resolve_data_root
+from benchmark.methods import TABLE2_METHODS
+from benchmark.results import atomic_write, is_complete, read_summary, wandb_mode
+from ray_jobs.run import RunError, init_ray, run
+
+PROFILES = {
+    "full": dict(rounds=100, local_epochs=10, seeds=[0, 1, 2], client_fraction=1.0, eval_max=None),
+    "smoke": dict(rounds=2, local_epochs=1, seeds=[0], client_fraction=0.05, eval_max=100),
+}
+BOTH = ["digits", "office_caltech"]
+TABLES = {
+    "2": {"title": "FPL Table 2", "rows": [(m, d) for d in BOTH for m in TABLE2_METHODS], "paper": paper.TABLE2},
+    "1": {"title": "FPL Table 1 (CPCL / UPCR ablation)",
+          "rows": [(m, d) for d in BOTH for m in paper.TABLE1], "paper": paper.TABLE1},
+    "3": {"title": "FPL Table 3 (consistency target G vs U) and Fig. 5 (CPCL cluster vs global prototypes)",
+          "rows": [(m, d) for d in BOTH for m in paper.TABLE3]
+          + [("fpl_cpcl_only", "office_caltech"), ("fpl_cpcl_global", "office_caltech")],
+          "paper": paper.TABLE3},
+}
+FLAG_POINTS = 2.0
+
+
+def domains_for(dataset: str, requested: list[str] | None) -> list[str]:
+    """The requested domains that belong to `dataset`; all of its domains when none do."""
+    mine = [d for d in DATASETS[dataset] if requested and d in requested]
+    return mine or list(DATASETS[dataset])
+
+
+def plan(table: str, profile: str, requested_domains: list[str] | None, results_dir: Path, data_root: str | None,
+         extra: dict | None = None) -> list[RunConfig]:
+    """Every run of the sweep; stops before any run when a needed domain is absent from the data root."""
+    p = PROFILES[profile]
+    root = resolve_data_root(data_root)
+    unknown = sorted(set(requested_domains or []) - {d for ds in DATASETS.values() for d in ds})
+    if unknown:
+        raise ConfigError(f"unknown domain(s) {unknown}; choose from {', '.join(d for ds in DATASETS.values() for d in ds)}.")
+    for ds in sorted({d for _, d in TABLES[table]["rows"]}):
+        doms = domains_for(ds, requested_domains)
+        try:
+            check_domains_present(root, ds, doms)
+        except DataError as e:
+            raise DataError(f"{e} The sweep started no run. To go on without a domain, name the ones to use, "
+                            f"for example DOMAINS={','.join(d for d in doms if d != 'svhn')} make table{table}.") from None
+    runs = []
+    for method, ds in TABLES[table]["rows"]:
+        for seed in p["seeds"]:
+            cfg = RunConfig(method=method, dataset=ds, domains=domains_for(ds, requested_domains), seed=seed,
+                            rounds=p["rounds"], local_epochs=p["local_epochs"], client_fraction=p["client_fraction"],
+                            eval_max=p["eval_max"], data_root=str(root), wandb_group=f"table{table}-{profile}",
+                            **(extra or {}))
+            cfg.out = str(results_dir / "runs" / cfg.run_name)
+            runs.append(cfg)
+    return runs
+
+
+def execute(runs: list[RunConfig], parallel: int | None) -> list[str]:
+    """Run what is not complete yet, concurrently where resources allow; returns the names run."""
+    todo = [c for c in runs if not is_complete(Path(c.out), c.rounds)]
+    print(f"{len(runs) - len(todo)} of {len(runs)} runs already complete; running {len(todo)}", flush=True)
+    if not todo:
+        return []
+    if todo[0].executor == "ray":
+        ray = init_ray(todo[0])
+        need = todo[0].driver_cpus + todo[0].num_actors * todo[0].cpus_per_actor
+        fit = max(1, math.floor(ray.cluster_resources().get("CPU", 1) / need))
+        parallel = parallel or fit
+    parallel = 1 if todo[0].executor == "local" else parallel
+    lock, done = threading.Lock(), []
+
+    def one(cfg: RunConfig):
+        summary = run(cfg, quiet=True)
+        with lock:
+            done.append(cfg.run_name)
+            print(f"[{len(done)}/{len(todo)}] {cfg.run_name}: AVG {summary['last5']['AVG']:.2f} "
+                  f"({summary['wall_time_s']:.0f}s)", flush=True)
+
+    with ThreadPoolExecutor(max_workers=parallel) as pool:
+        for f in [pool.submit(one, c) for c in todo]:
+            f.result()
+    return [c.run_name for c in todo]
+
+
+def collect(runs: list[RunConfig]) -> pd.DataFrame:
+    """One row per (method, dataset, domain): mean and std over seeds of the last-5-round accuracy."""
+    rows = []
+    for cfg in runs:
+        s = read_summary(Path(cfg.out))
+        for dom, acc in s["last5"].items():
+            rows.append({"method": cfg.method, "dataset": cfg.dataset, "domain": dom, "seed": cfg.seed, "acc": acc})
+    df = pd.DataFrame(rows)
+    return df.groupby(["method", "dataset", "domain"], sort=False)["acc"].agg(ours="mean", std="std", seeds="count").reset_index()
+
+
+def report(table: str, profile: str, runs: list[RunConfig], results_dir: Path) -> pd.DataFrame:
+    """results_dir/table<N>.md and .csv: ours (mean, std over seeds) beside the paper, differences,
+    change against FedAvg, rank order; rows more than 2 points from the paper flagged."""
+    spec = TABLES[table]
+    agg = collect(runs)
+    ref = spec["paper"]
+    lines, csv_rows = [], []
+    dropped = {c.dataset: c.dropped_domains for c in runs if c.dropped_domains}
+    title = f"# {spec['title']}: reproduction ({profile} profile"
+    title += ", SMOKE SETTINGS: not comparable to the paper)" if profile == "smoke" else ")"
+    if dropped:
+        title += " — without " + ", ".join(f"{d} ({ds})" for ds, ds_d in dropped.items() for d in ds_d)
+    p = PROFILES[profile]
+    lines += [title, "", f"{p['rounds']} rounds x {p['local_epochs']} local epochs, seeds {p['seeds']}, client fraction "
+              f"{p['client_fraction']}; accuracy (%) of the global model, mean of the last 5 rounds; mean ± std over seeds "
+              f"(paper value, ours - paper). ⚠ = a compared cell more than {FLAG_POINTS:g} points from the paper.", ""]
+    for ds in [d for d in BOTH if any(r[1] == d for r in spec["rows"])]:
+        doms = paper.DOMAIN_ORDER[ds]
+        kept = [d for d in doms if d not in dropped.get(ds, [])]
+        methods = [m for m, d in spec["rows"] if d == ds]
+        sub = agg[agg.dataset == ds].set_index(["method", "domain"])
+        avg_label = "AVG" if len(kept) == len(doms) else f"AVG of {len(kept)}"
+        header = ["method", *doms, avg_label, "Δ FedAvg (paper)", "rank (paper)", "flag"]
+        body = []
+        paper_avg = {m: float(np.mean([ref[m][ds][d] for d in kept])) for m in methods if m in ref}
+        our_avg = {m: float(sub.loc[(m, "AVG"), "ours"]) for m in methods}
+        order = sorted(methods, key=lambda m: -our_avg[m])
+        paper_order = sorted(paper_avg, key=lambda m: -paper_avg[m])
+        for m in methods:
+            cells, flag = [m], False
+            for d in doms + ["AVG"]:
+                if d in dropped.get(ds, []):
+                    cells.append("")
+                    continue
+                ours, std = sub.loc[(m, d), "ours"], sub.loc[(m, d), "std"]
+                pv = paper_avg.get(m) if d == "AVG" else (ref[m][ds][d] if m in ref else None)
+                diff = None if pv is None else ours - pv
+                flag |= diff is not None and abs(diff) > FLAG_POINTS
+                std_s = "" if np.isnan(std) else f" ± {std:.2f}"
+                cells.append(f"{ours:.2f}{std_s}" + ("" if pv is None else f" ({pv:.2f}, {diff:+.2f})"))
+                csv_rows.append({"table": table, "profile": profile, "dataset": ds, "method": m,
+                                 "domain": d if d != "AVG" else avg_label, "ours_mean": round(float(ours), 4),
+                                 "ours_std": None if np.isnan(std) else round(float(std), 4),
+                                 "seeds": int(sub.loc[(m, d), "seeds"]), "paper": pv,
+                                 "diff": None if diff is None else round(float(diff), 4),
+                                 "flag": diff is not None and abs(diff) > FLAG_POINTS})
+            if "fedavg" in our_avg:
+                pd_ = f"{paper_avg[m] - paper_avg['fedavg']:+.2f}" if m in paper_avg and "fedavg" in paper_avg else "–"
+                cells.append(f"{our_avg[m] - our_avg['fedavg']:+.2f} ({pd_})")
+            else:
+                cells.append("–")
+            cells.append(f"{order.index(m) + 1} ({paper_order.index(m) + 1 if m in paper_order else '–'})")
+            cells.append("⚠" if flag else "")
+            body.append(cells)
+        lines += [f"## {ds}" + (f" (without {', '.join(dropped[ds])}; compared on the remaining domains)" if ds in dropped else ""), "",
+                  "| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+        lines += ["| " + " | ".join(str(c) for c in row) + " |" for row in body]
+        if table == "3" and ds == "office_caltech":
+            gap = our_avg["fpl_cpcl_only"] - our_avg["fpl_cpcl_global"]
+            lines += ["", f"Fig. 5 (CPCL only, cluster minus global prototypes, AVG): ours {gap:+.2f}, "
+                      f"paper {paper.FIG5_CLUSTER_MINUS_GLOBAL_AVG:+.2f}."]
+        lines.append("")
+    lines += ["Runs: " + ", ".join(sorted({c.run_name for c in runs})), ""]
+    results_dir.mkdir(parents=True, exist_ok=True)
+    atomic_write(results_dir / f"table{table}.md", "\n".join(lines))
+    df = pd.DataFrame(csv_rows)
+    atomic_write(results_dir / f"table{table}.csv", df.to_csv(index=False))
+    log_wandb(table, profile, df)
+    return df
+
+
+def log_wandb(table: str, profile: str, df: pd.DataFrame) -> None:
+    mode = wandb_mode()
+    if mode == "disabled":
+        return
+    import wandb
+
+    run = wandb.init(project="fedproto-bench", group=f"table{table}-{profile}", name=f"table{table}-{profile}-report",
+                     mode=mode, job_type="report", reinit="create_new")
+    run.log({f"table{table}": wandb.Table(dataframe=df)})
+    run.finish()
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m ray_jobs.sweep", description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--table", required=True, choices=sorted(TABLES))
+    ap.add_argument("--profile", default="full", choices=sorted(PROFILES))
+    ap.add_argument("--domains", default=None, help="comma-separated domains to use (others are left out)")
+    ap.add_argument("--results-dir", default=None, help="default results/ (full) or results/smoke/ (smoke)")
+    ap.add_argument("--data-root", default=None)
+    ap.add_argument("--parallel", type=int, default=None, help="runs at once (default: as many as the cluster fits)")
+    ap.add_argument("--executor", default="ray", choices=["ray", "local"])
+    args = ap.parse_args(argv)
+    results_dir = Path(args.results_dir or ("results" if args.profile == "full" else "results/smoke"))
+    try:
+        runs = plan(args.table, args.profile, args.domains.split(",") if args.domains else None, results_dir,
+                    args.data_root, {"executor": args.executor})
+        execute(runs, args.parallel)
+        df = report(args.table, args.profile, runs, results_dir)
+    except (ConfigError, DataError, RunError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    print((results_dir / f"table{args.table}.md").read_text())
+    print(f"written: {results_dir / f'table{args.table}.md'}, {results_dir / f'table{args.table}.csv'} ({len(df)} cells)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,102 @@
+"""Bad input stops at once with one clear message, before any training and without a run folder claiming completion."""
+from __future__ import annotations
+
+import shutil
+import socket
+
+import numpy as np
+import pytest
+
+from ray_jobs.run import main
+
+SMALL = ["--rounds", "1", "--local-epochs", "1", "--client-fraction", "0.05", "--eval-max", "50", "--executor", "local"]
+
+
+def fails(capsys, argv, out):
+    code = main([*argv, "--out", str(out)])
+    err = capsys.readouterr().err
+    assert code == 2
+    assert err.startswith("error: ") and len(err.strip().splitlines()) == 1
+    assert not (out / "summary.json").exists()
+    return err
+
+
+def test_unknown_method(capsys, tmp_path, data_root):
+    err = fails(capsys, ["--method", "fedfoo", "--data-root", str(data_root)], tmp_path)
+    assert "unknown method 'fedfoo'" in err and "fpl" in err and "fedavg" in err
+
+
+def test_unknown_dataset(capsys, tmp_path, data_root):
+    err = fails(capsys, ["--dataset", "cifar", "--data-root", str(data_root)], tmp_path)
+    assert "unknown dataset 'cifar'" in err and "office_caltech" in err
+
+
+def test_unknown_split(capsys, tmp_path, data_root):
+    err = fails(capsys, ["--split", "mine", "--data-root", str(data_root)], tmp_path)
+    assert "unknown split 'mine' for digits" in err and "code" in err and "paper" in err
+
+
+@pytest.mark.parametrize("tau", ["0", "-0.5"])
+def test_tau_not_positive(capsys, tmp_path, data_root, tau):
+    err = fails(capsys, ["--method", "fpl", "--hp", f"tau={tau}", "--data-root", str(data_root)], tmp_path)
+    assert "tau must be" in err and "> 0" in err and f"(got {tau})" in err
+
+
+def test_rounds_below_one(capsys, tmp_path, data_root):
+    err = fails(capsys, ["--rounds", "0", "--data-root", str(data_root)], tmp_path)
+    assert "rounds must be at least 1 (got 0)" in err
+
+
+def test_unreachable_ray_address(capsys, tmp_path, data_root, monkeypatch):
+    with socket.socket() as s:  # a port nobody listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    monkeypatch.setenv("RAY_ADDRESS", f"127.0.0.1:{port}")
+    argv = ["--dataset", "office_caltech", "--data-root", str(data_root), *SMALL[:-2], "--executor", "ray"]
+    err = fails(capsys, argv, tmp_path)
+    assert f"RAY_ADDRESS=127.0.0.1:{port} is unreachable" in err and "ray start --head" in err
+    assert not (tmp_path / "config.json").exists()  # stopped before the run folder was started
+
+
+def test_missing_domain_file(capsys, tmp_path, data_root):
+    """The shared data has no full SVHN: all four Digits domains cannot run, and the message says what to do."""
+    err = fails(capsys, ["--dataset", "digits", "--data-root", str(data_root), *SMALL], tmp_path)
+    assert "missing data file" in err and "digits/svhn_train.npz" in err
+    assert "make data" in err and "--domains" in err
+    assert not (tmp_path / "config.json").exists()
+
+
+def _copy_root(src, dst, names):
+    lines = [l for l in (src / "SHA256SUMS").read_text().splitlines() if l.split()[1] in names]
+    for n in names:
+        (dst / n).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(src / n, dst / n)
+    (dst / "SHA256SUMS").write_text("\n".join(lines) + "\n")
+
+
+def test_corrupt_file(capsys, tmp_path, data_root, monkeypatch):
+    monkeypatch.setenv("BENCH_CACHE_DIR", str(tmp_path / "cache"))
+    root = tmp_path / "root"
+    names = ["digits/usps_train.npz", "digits/usps_test.npz"]
+    _copy_root(data_root, root, names)
+    blob = bytearray((root / names[0]).read_bytes())
+    blob[len(blob) // 2] ^= 0xFF
+    (root / names[0]).write_bytes(bytes(blob))
+    err = fails(capsys, ["--domains", "usps", "--data-root", str(root), *SMALL], tmp_path / "out")
+    assert f"{root / names[0]} is corrupt" in err and "sha256" in err
+
+
+def test_split_asks_more_than_the_domain_has(capsys, tmp_path, data_root, monkeypatch):
+    """A USPS with 50 training images cannot give 4 clients int(1% x 50) = 0 images each."""
+    monkeypatch.setenv("BENCH_CACHE_DIR", str(tmp_path / "cache"))
+    root = tmp_path / "root"
+    _copy_root(data_root, root, ["digits/usps_test.npz"])
+    with np.load(data_root / "digits/usps_train.npz") as z:
+        np.savez(root / "digits/usps_train.npz", x=z["x"][:50], y=z["y"][:50])
+    import hashlib
+
+    digest = hashlib.sha256((root / "digits/usps_train.npz").read_bytes()).hexdigest()
+    with open(root / "SHA256SUMS", "a") as f:
+        f.write(f"{digest}  digits/usps_train.npz\n")
+    err = fails(capsys, ["--domains", "usps", "--data-root", str(root), *SMALL], tmp_path / "out")
+    assert "digits/usps" in err and "more samples than the domain has" in err and "int(0.01 x 50) = 0" in err

@@ -1,0 +1,106 @@
+"""End to end: real data, real Ray (2 client actors), W&B offline files, small settings of the paper's code path."""
+from __future__ import annotations
+
+import json
+import numpy as np
+import pytest
+
+from benchmark.config import RunConfig
+from benchmark.results import read_jsonl
+from ray_jobs.run import RunError, run
+
+SMALL = dict(rounds=2, local_epochs=1, eval_max=100, num_actors=2, driver_cpus=1, cpus_per_actor=1)
+
+
+def small_run(tmp_path_factory, root, method, dataset, fraction, executor="ray", **kw):
+    out = tmp_path_factory.mktemp(f"{method}-{dataset}-{executor}")
+    cfg = RunConfig(method=method, dataset=dataset, data_root=str(root), out=str(out), executor=executor,
+                    client_fraction=fraction, **{**SMALL, **kw})
+    return out, run(cfg, quiet=True)
+
+
+CASES = [("fedavg", "digits", 0.05), ("fpl", "digits", 0.05), ("fedavg", "office_caltech", 0.1), ("fpl", "office_caltech", 0.1)]
+
+
+@pytest.fixture(scope="module")
+def runs(ray_cluster, full_digits_root, tmp_path_factory):
+    return {(m, d): small_run(tmp_path_factory, full_digits_root, m, d, f) for m, d, f in CASES}
+
+
+@pytest.mark.parametrize("method,dataset,fraction", CASES)
+def test_summary_consistent_with_metrics(runs, method, dataset, fraction):
+    out, summary = runs[(method, dataset)]
+    on_disk = json.loads((out / "summary.json").read_text())
+    assert on_disk == json.loads(json.dumps(summary))
+    rounds = read_jsonl(out / "metrics.jsonl")
+    assert [r["round"] for r in rounds] == [0, 1]
+    domains = ["mnist", "usps", "svhn", "syn"] if dataset == "digits" else ["caltech", "amazon", "webcam", "dslr"]
+    assert list(rounds[-1]["accuracy"]) == domains + ["AVG"]
+    for r in rounds:
+        acc = r["accuracy"]
+        assert acc["AVG"] == pytest.approx(np.mean([acc[d] for d in domains]))
+        assert all(0 <= acc[d] <= 100 for d in domains)
+        assert set(r["time_s"]) >= {"local_training", "aggregation", "clustering", "evaluation", "round"}
+        assert np.isfinite(r["train_loss"])
+    assert on_disk["final"] == rounds[-1]["accuracy"]
+    for d in domains + ["AVG"]:
+        assert on_disk["last5"][d] == pytest.approx(np.mean([r["accuracy"][d] for r in rounds]))
+    assert (on_disk["method"], on_disk["dataset"], on_disk["seed"], on_disk["rounds"]) == (method, dataset, 0, 2)
+    # the clients of the default presets, in order, scaled by the client fraction
+    per_domain = {"digits": {"mnist": (6, 600), "usps": (4, 72), "svhn": (3, 8), "syn": (7, 100)},
+                  "office_caltech": {"caltech": (3, 179), "amazon": (2, 153), "webcam": (1, 47), "dslr": (4, 25)}}[dataset]
+    expected = [d for d, (n, _) in per_domain.items() for _ in range(n)]
+    assert [c["domain"] for c in on_disk["clients"]] == expected
+    assert [c["id"] for c in on_disk["clients"]] == list(range(len(expected)))
+    for c in on_disk["clients"]:
+        base = max(1, int(fraction * per_domain[c["domain"]][1]))
+        if dataset == "digits":
+            assert c["num_samples"] == base
+        else:  # Office fills a missing class with one sample of it
+            assert base <= c["num_samples"] <= base + 10
+    config = json.loads((out / "config.json").read_text())
+    assert config["method"] == method and config["hparams"] == on_disk["hparams"]
+
+
+@pytest.mark.parametrize("method,dataset", [(m, d) for m, d, _ in CASES])
+def test_wandb_offline_run_holds_tables(runs, method, dataset):
+    out, summary = runs[(method, dataset)]
+    run_dirs = list((out / "wandb").glob("offline-run-*"))
+    assert len(run_dirs) == 1
+    files = list(run_dirs[0].glob("files/media/table/accuracy_per_round_*.table.json"))
+    assert len(files) == 1
+    table = json.loads(files[0].read_text())
+    rounds = read_jsonl(out / "metrics.jsonl")
+    assert table["columns"] == ["round", *rounds[0]["accuracy"]]
+    assert table["data"] == [[r["round"], *r["accuracy"].values()] for r in rounds]
+    final = json.loads(next(run_dirs[0].glob("files/media/table/final_accuracy_*.table.json")).read_text())
+    assert final["data"][1][1:] == pytest.approx(list(summary["last5"].values()))
+    assert list(run_dirs[0].glob("run-*.wandb"))
+
+
+def test_same_seed_same_metrics_and_local_equals_ray(runs, full_digits_root, tmp_path_factory):
+    out, _ = runs[("fpl", "office_caltech")]
+    again, _ = small_run(tmp_path_factory, full_digits_root, "fpl", "office_caltech", 0.1)
+    local, _ = small_run(tmp_path_factory, full_digits_root, "fpl", "office_caltech", 0.1, executor="local")
+    strip = lambda rows: [(r["accuracy"], r["client_loss"]) for r in rows]  # noqa: E731
+    ref = strip(read_jsonl(out / "metrics.jsonl"))
+    assert strip(read_jsonl(again / "metrics.jsonl")) == ref
+    assert strip(read_jsonl(local / "metrics.jsonl")) == ref
+
+
+def test_other_seed_other_metrics(runs, full_digits_root, tmp_path_factory):
+    out, _ = runs[("fedavg", "office_caltech")]
+    other, _ = small_run(tmp_path_factory, full_digits_root, "fedavg", "office_caltech", 0.1, executor="local", seed=1)
+    assert read_jsonl(other / "metrics.jsonl")[0]["client_loss"] != read_jsonl(out / "metrics.jsonl")[0]["client_loss"]
+
+
+def test_nonfinite_loss_stops_the_run(ray_cluster, data_root, tmp_path):
+    """FPL with tau 0.01 overflows (paper, Fig. 4): the run stops naming round and client, never completes."""
+    out = tmp_path / "run"
+    cfg = RunConfig(method="fpl", dataset="office_caltech", data_root=str(data_root), out=str(out),
+                    client_fraction=0.1, hparams={"tau": 0.01}, **SMALL)
+    with pytest.raises(RunError, match=r"non-finite loss in round 1, client \d+ \(\w+\)"):
+        run(cfg, quiet=True)
+    assert not (out / "summary.json").exists()
+    assert "non-finite loss in round 1" in (out / "error.txt").read_text()
+    assert [r["round"] for r in read_jsonl(out / "metrics.jsonl")] == [0]

@@ -1,0 +1,100 @@
+"""FedProto with parameter averaging (PROTOCOL.md section 1, baselines): CE + mu·MSE(z, global
+prototype of y), mu = 2, plus weighted FedAvg; the global prototype of a class is the unweighted
+mean over the clients that hold it (a class nobody holds: a NaN row)."""
+from __future__ import annotations
+
+import pytest
+import torch
+from torch import nn
+
+from benchmark.methods import METHODS
+from benchmark.server import MeanPrototypeServer
+from lightning_modules.fedproto import FedProtoClient
+
+NAN = float("nan")
+
+
+def make_client(**hp):
+    return FedProtoClient(**{**METHODS["fedproto"].defaults, **hp})
+
+
+def test_registry_defaults():
+    m = METHODS["fedproto"]
+    assert m.client is FedProtoClient and m.server is MeanPrototypeServer
+    assert m.defaults == {"mu": 2.0}
+
+
+def test_mse_term_hand_numbers():
+    module = make_client()
+    protos = torch.tensor([[0.0, 0.0], [1.0, 1.0], [NAN, NAN]])
+    module.start_round(1, {"global_protos": protos}, None)
+    z = torch.tensor([[1.0, 2.0], [3.0, 4.0], [5.0, 6.0]])
+    y = torch.tensor([0, 1, 2])
+    # per sample mean over dims: (1 + 4)/2 = 2.5, (4 + 9)/2 = 6.5, class 2 absent: 0; batch mean 3; mu 2
+    assert float(module.extra_loss(None, y, None, z)) == pytest.approx(6.0)
+    module.hp["mu"] = 0.5
+    assert float(module.extra_loss(None, y, None, z)) == pytest.approx(1.5)
+
+
+def test_mse_term_gradient():
+    module = make_client()
+    module.start_round(1, {"global_protos": torch.tensor([[0.0, 0.0], [1.0, 1.0]])}, None)
+    z = torch.tensor([[1.0, 2.0], [3.0, 4.0]], requires_grad=True)
+    module.extra_loss(None, torch.tensor([0, 1]), None, z).backward()
+    # d/dz of mu * (1/B) * (1/D) * sum (z - G_y)^2 = mu * 2 (z - G_y) / (B D) = (z - G_y)
+    torch.testing.assert_close(z.grad, torch.tensor([[1.0, 2.0], [2.0, 3.0]]))
+
+
+def test_round0_has_no_term():
+    module = make_client()
+    module.start_round(0, {}, None)
+    assert float(module.extra_loss(None, torch.tensor([0]), None, torch.ones(1, 2))) == 0.0
+
+
+def test_server_mean_prototypes_unweighted_over_holders():
+    rule = MeanPrototypeServer({"mu": 2.0}, 4, 2, 5, [])
+    client_protos = {
+        0: {0: torch.tensor([1.0, 1.0]), 1: torch.tensor([2.0, 0.0])},
+        5: {0: torch.tensor([3.0, 5.0])},
+        2: {0: torch.tensor([2.0, 0.0]), 3: torch.tensor([-1.0, 4.0])},
+    }
+    g = rule.payload(client_protos, 0)["global_protos"]
+    assert g.shape == (4, 2)
+    torch.testing.assert_close(g[0], torch.tensor([2.0, 2.0]))  # (1+3+2)/3, (1+5+0)/3
+    torch.testing.assert_close(g[1], torch.tensor([2.0, 0.0]))  # held by one client
+    assert torch.isnan(g[2]).all()  # held by nobody
+    torch.testing.assert_close(g[3], torch.tensor([-1.0, 4.0]))
+
+
+def test_parameters_take_the_weighted_mean():
+    rule = METHODS["fedproto"].server({"mu": 2.0}, 10, 4, 5, ["w"])
+    mean = {"w": torch.tensor([0.25, 1.5], dtype=torch.float64), "n": torch.tensor(2.6, dtype=torch.float64)}
+    out = rule.aggregate({"w": torch.zeros(2), "n": torch.tensor(0)}, mean, 0)
+    torch.testing.assert_close(out["w"], torch.tensor([0.25, 1.5]))
+    assert out["n"].dtype == torch.int64 and int(out["n"]) == 3
+
+
+class TinyNet(nn.Module):
+    feature_dim = 2
+
+    def __init__(self):
+        super().__init__()
+        self.classifier = nn.Linear(2, 3)
+
+    def forward(self, x):
+        return self.classifier(x), x  # the feature is the input itself
+
+
+def test_local_prototypes_are_class_means_of_the_last_epoch():
+    module = make_client()
+    module.num_classes = 3
+    module.net = TinyNet()
+    module.on_train_epoch_start()  # epoch 1: forgotten
+    module.training_step((torch.tensor([[9.0, 9.0]]), torch.tensor([2])), 0)
+    module.on_train_epoch_start()  # last epoch, two batches
+    module.training_step((torch.tensor([[1.0, 2.0], [3.0, 0.0]]), torch.tensor([0, 1])), 0)
+    module.training_step((torch.tensor([[3.0, 4.0]]), torch.tensor([0])), 1)
+    protos = module.local_prototypes()
+    assert sorted(protos) == [0, 1]
+    torch.testing.assert_close(protos[0], torch.tensor([2.0, 3.0]))
+    torch.testing.assert_close(protos[1], torch.tensor([3.0, 0.0]))

@@ -1,0 +1,224 @@
+"""MOON client (PROTOCOL.md section 1, baselines): CE + mu * model-contrastive loss, mu = 5,
+temperature 0.5, on the 512-d features; global and previous local model frozen; round 0:
+previous = the client's starting model; the previous model is per-client state."""
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from benchmark import server
+from benchmark.methods import METHODS
+from benchmark.transforms import normalize
+from lightning_modules.base import fit_local
+from lightning_modules.moon import MOONClient, moon_loss
+from lightning_modules.resnet import ResNet10
+from ray_jobs.clients import ClientGroup
+
+
+class TinyNet(nn.Module):
+    """The ResNet10 interface (features, (logits, z), feature_dim) at a tiny size, BatchNorm included."""
+
+    feature_dim = 6
+
+    def __init__(self, num_classes: int = 10):
+        super().__init__()
+        self.conv = nn.Conv2d(3, 6, 3, stride=2, padding=1)
+        self.bn = nn.BatchNorm2d(6)
+        self.classifier = nn.Linear(6, num_classes)
+
+    def features(self, x):
+        return F.adaptive_avg_pool2d(F.relu(self.bn(self.conv(x))), 1).flatten(1)
+
+    def forward(self, x):
+        z = self.features(x)
+        return self.classifier(z), z
+
+
+def images(n: int, seed: int) -> torch.Tensor:
+    return torch.randint(0, 256, (n, 3, 32, 32), generator=torch.Generator().manual_seed(seed), dtype=torch.uint8)
+
+
+def initial_state(seed: int = 0, net=ResNet10) -> dict:
+    torch.manual_seed(seed)
+    return {k: v.clone() for k, v in net(10).state_dict().items()}
+
+
+def make_client(tiny_net: bool = False, **hp) -> MOONClient:
+    module = MOONClient(**{**METHODS["moon"].defaults, **hp})
+    if tiny_net:
+        module.net = TinyNet(10)
+    return module
+
+
+def assert_state_equal(a: dict, b: dict):
+    assert a.keys() == b.keys()
+    for k in a:
+        torch.testing.assert_close(a[k], b[k], rtol=0, atol=0, msg=k)
+
+
+def states_differ(a: dict, b: dict) -> bool:
+    return any(not torch.equal(a[k], b[k]) for k in a)
+
+
+def ref_moon(z, zg, zp, t):
+    """Per sample -log(e^{cos(z,zg)/T} / (e^{cos(z,zg)/T} + e^{cos(z,zp)/T})), batch mean, in float64."""
+    def cos(a, b):
+        return float(a @ b) / (float(a.norm()) * float(b.norm()))
+
+    out = []
+    for i in range(len(z)):
+        pos = math.exp(cos(z[i].double(), zg[i].double()) / t)
+        neg = math.exp(cos(z[i].double(), zp[i].double()) / t)
+        out.append(-math.log(pos / (pos + neg)))
+    return sum(out) / len(out)
+
+
+def test_registry_defaults():
+    m = METHODS["moon"]
+    assert m.client is MOONClient and m.server is server.ServerRule
+    assert m.defaults == {"mu": 5.0, "temperature": 0.5}
+
+
+def test_moon_loss_hand_numbers():
+    z = torch.tensor([[1.0, 0.0], [1.0, 1.0], [0.0, 1.0]])
+    zg = torch.tensor([[1.0, 0.0], [1.0, 0.0], [1.0, 0.0]])
+    zp = torch.tensor([[0.0, 1.0], [0.0, 1.0], [0.0, 2.0]])
+    # cos pairs (pos, neg): (1, 0), (1/sqrt2, 1/sqrt2), (0, 1); T = 0.5 doubles them
+    expected = (math.log1p(math.exp(-2.0)) + math.log(2.0) + math.log1p(math.exp(2.0))) / 3
+    assert float(moon_loss(z, zg, zp, 0.5)) == pytest.approx(expected, rel=1e-6)
+    # T = 1: logits (1, 0), (c, c), (0, 1)
+    expected_t1 = (math.log1p(math.exp(-1.0)) + math.log(2.0) + math.log1p(math.exp(1.0))) / 3
+    assert float(moon_loss(z, zg, zp, 1.0)) == pytest.approx(expected_t1, rel=1e-6)
+
+
+def test_moon_loss_random_against_per_sample_reference():
+    gen = torch.Generator().manual_seed(3)
+    z, zg, zp = (torch.randn(6, 8, generator=gen) for _ in range(3))
+    for t in (0.5, 2.0):
+        assert float(moon_loss(z, zg, zp, t)) == pytest.approx(ref_moon(z, zg, zp, t), rel=1e-5)
+
+
+def test_round0_previous_is_starting_model_and_nets_frozen():
+    start = initial_state()
+    module = make_client()
+    module.net.load_state_dict(start)
+    module.load_client_state(None)
+    module.start_round(0, {}, start)
+    assert_state_equal(module.global_net.state_dict(), start)
+    assert_state_equal(module.previous_net.state_dict(), start)
+    frozen = list(module.global_net.parameters()) + list(module.previous_net.parameters())
+    assert frozen and all(not p.requires_grad for p in frozen)
+
+    module.train()  # what fit_local does before the local epochs
+    assert module.net.training
+    assert not module.global_net.training and not module.previous_net.training  # frozen: eval mode
+
+    x, y = normalize(images(4, 1)), torch.tensor([1, 2, 3, 4])
+    module.on_train_epoch_start()
+    module.training_step((x, y), 0).backward()
+    assert all(p.grad is None for p in frozen)
+    assert all(p.grad is not None for p in module.net.parameters())
+
+
+def test_extra_loss_uses_frozen_eval_features_of_global_and_previous():
+    glob = initial_state(0, TinyNet)
+    prev = initial_state(1, TinyNet)  # this client's model of its last round
+    module = make_client(tiny_net=True)
+    module.net.load_state_dict(glob)
+    module.load_client_state(prev)
+    module.start_round(3, {}, glob)
+    module.train()
+    x, y = normalize(images(4, 2)), torch.tensor([0, 1, 2, 3])
+    logits, z = module.net(x)
+    got = float(module.extra_loss(x, y, logits, z).detach())
+
+    ref_g, ref_p = TinyNet(10), TinyNet(10)
+    ref_g.load_state_dict(glob)
+    ref_p.load_state_dict(prev)
+    with torch.no_grad():
+        zg = ref_g.eval().features(x)
+        zp = ref_p.eval().features(x)
+    assert got == pytest.approx(5.0 * ref_moon(z.detach(), zg, zp, 0.5), rel=1e-4)
+
+
+def test_client_state_is_trained_weights_and_becomes_next_previous():
+    start = initial_state(0, TinyNet)
+    module = make_client(tiny_net=True)
+    module.net.load_state_dict(start)
+    module.load_client_state(None)
+    module.start_round(0, {}, start)
+    frozen_before = {k: v.clone() for k, v in module.global_net.state_dict().items()}
+    fit_local(module, images(4, 3), torch.tensor([0, 1, 0, 1]), 1, 4, torch.Generator().manual_seed(0))
+    # the frozen global model (BN statistics included) did not move during training
+    assert_state_equal(module.global_net.state_dict(), frozen_before)
+
+    trained = {k: v.clone() for k, v in module.net.state_dict().items()}
+    assert states_differ(trained, start)
+    state = module.client_state()
+    assert_state_equal(state, trained)
+    with torch.no_grad():  # a copy: later changes to the net do not reach it
+        next(module.net.parameters()).add_(1.0)
+    assert_state_equal(state, trained)
+
+    new_global = initial_state(5, TinyNet)
+    module.net.load_state_dict(new_global)
+    module.load_client_state(state)
+    module.start_round(1, {}, new_global)
+    assert_state_equal(module.previous_net.state_dict(), trained)
+    assert_state_equal(module.global_net.state_dict(), new_global)
+
+
+# --------------------------------------------------------------------- several clients on one module
+def make_group(client_ids, data) -> ClientGroup:
+    """A ClientGroup (the real per-client state protocol of `train`) with injected tiny data."""
+    group = ClientGroup.__new__(ClientGroup)
+    group.cfg = {"seed": 0, "local_epochs": 1, "batch_size": 4, "method": "moon"}
+    group.device = torch.device("cpu")
+    group.clients = [{"id": c, "domain": "mnist"} for c in client_ids]
+    group.data = {c: data[c] for c in client_ids}
+    group.module = make_client(tiny_net=True)
+    group.client_states = {}
+    seen = group.previous_seen = []
+    original = group.module.start_round
+
+    def spy(round_idx, payload, global_state):
+        original(round_idx, payload, global_state)
+        seen.append({k: v.clone() for k, v in group.module.previous_net.state_dict().items()})
+
+    group.module.start_round = spy
+    return group
+
+
+def test_two_clients_on_one_module_keep_their_own_previous_model():
+    data = {7: (images(4, 10), torch.tensor([0, 1, 2, 3])), 9: (images(4, 11), torch.tensor([4, 5, 6, 7]))}
+    g0 = initial_state(0, TinyNet)
+    both, alone = make_group([7, 9], data), {c: make_group([c], data) for c in (7, 9)}
+
+    res0 = both.train(g0, {}, 0)
+    for c in (7, 9):
+        alone[c].train(g0, {}, 0)
+    assert_state_equal(both.previous_seen[0], g0)  # round 0: previous = starting model
+    assert_state_equal(both.previous_seen[1], g0)
+    # each client's stored state is its own trained model: the weights it trained alone
+    trained0 = {c: both.client_states[c] for c in (7, 9)}
+    for c in (7, 9):
+        assert_state_equal(trained0[c], alone[c].client_states[c])
+    assert states_differ(trained0[7], trained0[9])
+    # and it is the client's trained weights (the one-client group's weighted sum / weight)
+    res_alone7 = make_group([7], data).train(g0, {}, 0)
+    for k, v in trained0[7].items():
+        torch.testing.assert_close(v, (res_alone7["sum"][k] / res_alone7["weight"]).to(v.dtype), rtol=0, atol=0)
+
+    g1 = {k: (res0["sum"][k] / res0["weight"]).to(g0[k].dtype) for k in g0}
+    both.train(g1, {}, 1)
+    for c in (7, 9):
+        alone[c].train(g1, {}, 1)
+    # round 1: the previous model of each client is its own round-0 model, not the other's, not reset
+    assert_state_equal(both.previous_seen[2], trained0[7])
+    assert_state_equal(both.previous_seen[3], trained0[9])
+    for c in (7, 9):
+        assert_state_equal(both.client_states[c], alone[c].client_states[c])

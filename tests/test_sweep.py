@@ -1,0 +1,71 @@
+"""`make table2 PROFILE=smoke` end to end: 16 method-dataset rows beside the paper; resumable sweep."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from benchmark.data import DataError
+from benchmark.results import read_jsonl
+from ray_jobs.sweep import execute, main, plan
+
+METHODS = ["fedavg", "fedprox", "moon", "feddyn", "fedopt", "fedproc", "fedproto", "fpl"]
+ARGS = ["--table", "2", "--profile", "smoke", "--domains", "mnist,usps,syn"]
+
+
+def test_sweep_stops_before_any_run_when_a_domain_is_absent(data_root, tmp_path):
+    with pytest.raises(DataError, match=r"svhn_train\.npz.*started no run.*DOMAINS=mnist,usps,syn make table2"):
+        plan("2", "smoke", None, tmp_path, str(data_root))
+    assert not (tmp_path / "runs").exists()
+
+
+@pytest.fixture(scope="module")
+def smoke(ray_cluster, data_root, tmp_path_factory):
+    out = tmp_path_factory.mktemp("table2")
+    assert main([*ARGS, "--results-dir", str(out), "--data-root", str(data_root)]) == 0
+    return out
+
+
+def test_report_has_every_row_beside_the_paper(smoke):
+    md = (smoke / "table2.md").read_text()
+    title = md.splitlines()[0]
+    assert "smoke profile" in title and "SMOKE SETTINGS" in title and "without svhn (digits)" in title
+    df = pd.read_csv(smoke / "table2.csv")
+    assert sorted(set(zip(df.method, df.dataset))) == sorted((m, d) for m in METHODS for d in ("digits", "office_caltech"))
+    assert set(df[df.dataset == "digits"].domain) == {"mnist", "usps", "syn", "AVG of 3"}  # svhn left empty
+    assert set(df[df.dataset == "office_caltech"].domain) == {"caltech", "amazon", "webcam", "dslr", "AVG"}
+    # paper values from PROTOCOL.md, Table 2
+    cell = lambda m, d, dom: df[(df.method == m) & (df.dataset == d) & (df.domain == dom)].iloc[0]  # noqa: E731
+    assert cell("fpl", "digits", "syn").paper == 61.20
+    assert cell("fedavg", "office_caltech", "dslr").paper == 36.00
+    assert cell("moon", "office_caltech", "AVG").paper == 49.74
+    assert cell("fedopt", "digits", "AVG of 3").paper == pytest.approx((96.23 + 91.80 + 57.85) / 3)
+    # our numbers are the summaries' last-5 means; diff and flag follow
+    for m in METHODS:
+        for ds, name in (("digits", f"{m}-digits-no_svhn-code-seed0"), ("office_caltech", f"{m}-office_caltech-default-seed0")):
+            s = json.loads((smoke / "runs" / name / "summary.json").read_text())
+            for dom, v in s["last5"].items():
+                c = cell(m, ds, dom if dom != "AVG" or ds == "office_caltech" else "AVG of 3")
+                assert c.ours_mean == pytest.approx(v, abs=1e-4)
+                assert c.diff == pytest.approx(v - c.paper, abs=1e-3)
+                assert c.flag == (abs(v - c.paper) > 2)
+    for m in METHODS:
+        assert f"| {m} |" in md
+    assert "| mnist | usps | svhn | syn | AVG of 3 |" in md
+
+
+def test_rerun_runs_nothing_and_a_deleted_summary_reruns_exactly_that_run(smoke, data_root):
+    runs = plan("2", "smoke", ["mnist", "usps", "syn"], smoke, str(data_root))
+    assert len(runs) == 16
+    assert execute(runs, None) == []
+    victim = Path(runs[5].out)
+    accuracies = lambda: [r["accuracy"] for r in read_jsonl(victim / "metrics.jsonl")]  # noqa: E731
+    before = accuracies()
+    (victim / "summary.json").unlink()
+    assert execute(runs, None) == [runs[5].run_name]
+    assert (victim / "summary.json").exists()
+    assert accuracies() == before  # same seed, same numbers
+    assert np.all([(Path(r.out) / "summary.json").exists() for r in runs])
