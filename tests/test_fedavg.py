@@ -90,7 +90,7 @@ def test_fedavg_real_model_states():
     from lightning_modules.resnet import ResNet10
     torch.manual_seed(0)
     nets = [ResNet10(10) for _ in range(2)]
-    x = torch.randn(8, 3, 32, 32)
+    x = torch.randn(4, 3, 16, 16)
     for net in nets:  # give the BN buffers different values
         net.train()
         with torch.no_grad():

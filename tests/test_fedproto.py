@@ -90,7 +90,7 @@ def test_local_prototypes_are_class_means_of_the_last_epoch():
     module.num_classes = 3
     module.net = TinyNet()
     module.on_train_epoch_start()  # epoch 1: forgotten
-    module.training_step((torch.tensor([[9.0, 9.0]]), torch.tensor([2])), 0)
+    module.training_step((torch.tensor([[9.0, 9.0], [7.0, 7.0]]), torch.tensor([0, 2])), 0)
     module.on_train_epoch_start()  # last epoch, two batches
     module.training_step((torch.tensor([[1.0, 2.0], [3.0, 0.0]]), torch.tensor([0, 1])), 0)
     module.training_step((torch.tensor([[3.0, 4.0]]), torch.tensor([0])), 1)

@@ -255,7 +255,7 @@ def test_fpl_server_payload():
 @pytest.fixture(scope="module")
 def usps(data_root):
     with np.load(data_root / "digits/usps_test.npz") as z:
-        x, y = z["x"][:48], z["y"][:48]
+        x, y = z["x"][:32], z["y"][:32]
     return normalize(to_tensor_images(x)), torch.from_numpy(y).long()
 
 
@@ -267,7 +267,7 @@ def test_local_prototypes_are_means_of_the_last_epoch(usps):
     module.train()
     dropped = int(y[0])  # a class seen in epoch 1 only
     keep = y != dropped
-    epochs = [[(x, y)], [(x[keep][:20], y[keep][:20]), (x[keep][20:], y[keep][20:])]]
+    epochs = [[(x, y)], [(x[keep][:14], y[keep][:14]), (x[keep][14:], y[keep][14:])]]
     expected_sums = {}
     for epoch in epochs:
         module.on_train_epoch_start()
