@@ -42,17 +42,28 @@ def summarize(cfg: dict, clients: list[dict], rounds: list[dict]) -> dict:
         "final": dict(rounds[-1]["accuracy"]),
         "last5": {d: float(np.mean([r["accuracy"][d] for r in last])) for d in domains},
         "wall_time_s": float(sum(r["time_s"]["round"] for r in rounds)),
+        "protocol": protocol(cfg),
         "complete": True,
     }
 
 
-def is_complete(run_dir: Path, rounds: int | None = None) -> bool:
-    """A run is complete when its summary.json says so (and has the asked number of rounds)."""
+PROTOCOL_KEYS = ("method", "dataset", "split", "domains", "seed", "rounds", "local_epochs", "batch_size", "lr",
+                 "momentum", "weight_decay", "hparams", "client_fraction", "eval_max")
+
+
+def protocol(cfg) -> dict:
+    """What makes two runs the same experiment (from a RunConfig or its dict)."""
+    d = cfg if isinstance(cfg, dict) else cfg.to_dict()
+    return {k: d[k] for k in PROTOCOL_KEYS}
+
+
+def is_complete(run_dir: Path, expected: dict | None = None) -> bool:
+    """A run is complete when its summary.json says so and, given `expected`, ran that protocol."""
     try:
         s = json.loads((Path(run_dir) / "summary.json").read_text())
     except (OSError, ValueError):
         return False
-    return bool(s.get("complete")) and (rounds is None or s.get("rounds") == rounds)
+    return bool(s.get("complete")) and (expected is None or s.get("protocol") == json.loads(json.dumps(expected)))
 
 
 def wandb_mode() -> str:

@@ -53,20 +53,25 @@ class ClientModule(L.LightningModule):
     def forward(self, x: torch.Tensor):
         return self.net(x)
 
-    def extra_loss(self, x, y, logits, features) -> torch.Tensor | float:
-        """The method's term added to CE (0 for FedAvg)."""
-        return 0.0
+    def extra_loss(self, x, y, logits, features) -> torch.Tensor | None:
+        """The method's term added to CE; None when there is none (FedAvg, or round 0)."""
+        return None
 
     def compute_loss(self, x, y, logits, features) -> torch.Tensor:
         """CE plus the method's term; a method that re-weights CE overrides this."""
-        return F.cross_entropy(logits, y) + self.extra_loss(x, y, logits, features)
+        ce = F.cross_entropy(logits, y)
+        extra = self.extra_loss(x, y, logits, features)
+        return ce if extra is None else ce + extra
 
     def training_step(self, batch, batch_idx):
         x, y = batch
         logits, z = self.net(x)
-        self._proto_sum.index_add_(0, y, z.detach())
-        self._proto_count += torch.bincount(y, minlength=self.num_classes)
+        if self.gather_prototypes:
+            self._proto_sum.index_add_(0, y, z.detach())
+            self._proto_count += torch.bincount(y, minlength=self.num_classes)
         return self.compute_loss(x, y, logits, z)
+
+    gather_prototypes = True  # the local loop turns it on for the last local epoch only
 
     def on_train_epoch_start(self) -> None:
         # reset each epoch: what remains after the last epoch are its class means
@@ -99,7 +104,8 @@ def fit_local(module: ClientModule, x: torch.Tensor, y: torch.Tensor, epochs: in
     total = torch.zeros((), device=x.device)
     finite = torch.ones((), dtype=torch.bool, device=x.device)
     steps = 0
-    for _ in range(epochs):
+    for epoch in range(epochs):
+        module.gather_prototypes = epoch == epochs - 1
         module.on_train_epoch_start()
         for i, idx in enumerate(batches(len(y), batch_size, generator)):
             idx = idx.to(x.device)

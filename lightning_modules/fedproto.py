@@ -10,5 +10,5 @@ from lightning_modules.losses import upcr_loss
 class FedProtoClient(ClientModule):
     def extra_loss(self, x, y, logits, z):
         if "global_protos" not in self.payload:  # round 0
-            return 0.0
+            return None
         return self.hp["mu"] * upcr_loss(z, y, self.payload["global_protos"])

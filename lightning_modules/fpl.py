@@ -14,7 +14,7 @@ class FPLClient(ClientModule):
     def extra_loss(self, x, y, logits, z):
         p = self.payload
         if "cluster_protos" not in p:  # round 0
-            return 0.0
+            return None
         loss = torch.zeros((), device=z.device)
         if self.hp["cpcl"]:
             if self.hp["cpcl_protos"] == "cluster":

@@ -24,7 +24,7 @@ from benchmark import paper
 from benchmark.config import ConfigError, RunConfig
 from benchmark.data import DATASETS, DataError, check_domains_present, resolve_data_root
 from benchmark.methods import TABLE2_METHODS
-from benchmark.results import atomic_write, is_complete, read_summary, wandb_mode
+from benchmark.results import atomic_write, is_complete, protocol, read_summary, wandb_mode
 from ray_jobs.run import RunError, init_ray, run
 
 PROFILES = {
@@ -79,7 +79,7 @@ def plan(table: str, profile: str, requested_domains: list[str] | None, results_
 
 def execute(runs: list[RunConfig], parallel: int | None) -> list[str]:
     """Run what is not complete yet, concurrently where resources allow; returns the names run."""
-    todo = [c for c in runs if not is_complete(Path(c.out), c.rounds)]
+    todo = [c for c in runs if not is_complete(Path(c.out), protocol(c))]
     print(f"{len(runs) - len(todo)} of {len(runs)} runs already complete; running {len(todo)}", flush=True)
     if not todo:
         return []
@@ -139,7 +139,9 @@ def report(table: str, profile: str, runs: list[RunConfig], results_dir: Path) -
         avg_label = "AVG" if len(kept) == len(doms) else f"AVG of {len(kept)}"
         header = ["method", *doms, avg_label, "Δ FedAvg (paper)", "rank (paper)", "flag"]
         body = []
-        paper_avg = {m: float(np.mean([ref[m][ds][d] for d in kept])) for m in methods if m in ref}
+        # the paper's AVG when every domain ran, else the mean of its values on the domains that ran
+        paper_avg = {m: ref[m][ds]["AVG"] if kept == doms else float(np.mean([ref[m][ds][d] for d in kept]))
+                     for m in methods if m in ref}
         our_avg = {m: float(sub.loc[(m, "AVG"), "ours"]) for m in methods}
         order = sorted(methods, key=lambda m: -our_avg[m])
         paper_order = sorted(paper_avg, key=lambda m: -paper_avg[m])

@@ -9,7 +9,7 @@ import pandas as pd
 import pytest
 
 from benchmark.data import DataError
-from benchmark.results import read_jsonl
+from benchmark.results import is_complete, protocol, read_jsonl
 from ray_jobs.sweep import execute, main, plan
 
 METHODS = ["fedavg", "fedprox", "moon", "feddyn", "fedopt", "fedproc", "fedproto", "fpl"]
@@ -69,3 +69,6 @@ def test_rerun_runs_nothing_and_a_deleted_summary_reruns_exactly_that_run(smoke,
     assert (victim / "summary.json").exists()
     assert accuracies() == before  # same seed, same numbers
     assert np.all([(Path(r.out) / "summary.json").exists() for r in runs])
+    # a complete run of another protocol in the same folder does not count
+    assert is_complete(Path(runs[0].out), protocol(runs[0]))
+    assert not is_complete(Path(runs[0].out), {**protocol(runs[0]), "local_epochs": 10})
