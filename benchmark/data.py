@@ -18,6 +18,8 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from benchmark.results import atomic_write
+
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 
 # domain -> (train archive stem, test archive stem); Office domains have one archive
@@ -87,7 +89,7 @@ def _cache_file() -> Path:
     return base / "verified_files.json"
 
 
-def _sha256(path: Path) -> str:
+def sha256_file(path: Path) -> str:
     h = hashlib.sha256()
     with open(path, "rb") as f:
         for chunk in iter(lambda: f.read(1 << 20), b""):
@@ -95,13 +97,20 @@ def _sha256(path: Path) -> str:
     return h.hexdigest()
 
 
+def read_sums(path: Path) -> dict[str, str]:
+    """A SHA256SUMS file as {relative path: hex digest}; empty when the file is absent."""
+    sums = {}
+    if path.is_file():
+        for line in path.read_text().splitlines():
+            if line.strip():
+                digest, name = line.split(maxsplit=1)
+                sums[name.strip().lstrip("*")] = digest.lower()
+    return sums
+
+
 def verify_files(root: Path, relpaths: list[str]) -> None:
     """Check files against root/SHA256SUMS; verified files are cached by size and mtime."""
-    sums = {}
-    for line in (root / "SHA256SUMS").read_text().splitlines():
-        if line.strip():
-            digest, name = line.split(maxsplit=1)
-            sums[name.strip().lstrip("*")] = digest
+    sums = read_sums(root / "SHA256SUMS")
     cache_path = _cache_file()
     try:
         cache = json.loads(cache_path.read_text())
@@ -117,7 +126,7 @@ def verify_files(root: Path, relpaths: list[str]) -> None:
         stamp = [stat.st_size, stat.st_mtime_ns, sums[rel]]
         if cache.get(key) == stamp:
             continue
-        if _sha256(path) != sums[rel]:
+        if sha256_file(path) != sums[rel]:
             raise DataError(
                 f"{path} is corrupt: its sha256 does not match {root / 'SHA256SUMS'}. "
                 f"Delete it and get it again: {_how_to_get(rel)}."
@@ -126,9 +135,7 @@ def verify_files(root: Path, relpaths: list[str]) -> None:
         changed = True
     if changed:
         cache_path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = cache_path.with_suffix(f".tmp{os.getpid()}")
-        tmp.write_text(json.dumps(cache))
-        os.replace(tmp, cache_path)
+        atomic_write(cache_path, json.dumps(cache))
 
 
 def archive_files(root: Path, stem: str) -> list[str]:
@@ -202,19 +209,6 @@ def check_domains_present(root: Path, dataset: str, domains: list[str]) -> None:
         for stem in DATASETS[dataset][d]:
             if stem is not None:
                 verify_files(root, archive_files(root, stem))
-
-
-def train_sizes(root: Path, dataset: str, domains: list[str]) -> dict[str, int]:
-    """Number of training images per domain, read from the archives' headers only."""
-    sizes = {}
-    for d in domains:
-        stem, test_stem = DATASETS[dataset][d]
-        n = 0
-        for rel in archive_files(root, stem):
-            with np.load(root / rel, allow_pickle=False) as z:
-                n += len(z["y"])
-        sizes[d] = len(office_split(n)[0]) if test_stem is None else n
-    return sizes
 
 
 # --------------------------------------------------------------------------- partition

@@ -34,7 +34,8 @@ from pathlib import Path
 
 import numpy as np
 
-from benchmark.data import DATASETS, PROJECT_ROOT, DataError, archive_files
+from benchmark.data import DATASETS, PROJECT_ROOT, DataError, archive_files, read_sums, sha256_file
+from benchmark.results import atomic_write
 
 SHARED_DATA = PROJECT_ROOT.parent / "shared" / "data"
 CACHE_DIRNAME = ".downloads"
@@ -206,14 +207,6 @@ def fetch(domain: str, split: str, cache: Path):
 
 # --------------------------------------------------------------------------- files
 
-def sha256_file(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
-
-
 def _tmp_path(path: Path) -> Path:
     # not ending in .npz, so a leftover from a killed run is never taken for an archive
     return path.with_name(f".{path.name}.tmp{os.getpid()}")
@@ -239,25 +232,9 @@ def write_npz_atomic(path: Path, x: np.ndarray, y: np.ndarray) -> str:
     return digest
 
 
-def read_sums(path: Path) -> dict[str, str]:
-    sums = {}
-    if path.is_file():
-        for line in path.read_text().splitlines():
-            if line.strip():
-                digest, name = line.split(maxsplit=1)
-                sums[name.strip().lstrip("*")] = digest.lower()
-    return sums
-
-
 def write_sums(root: Path, sums: dict[str, str]) -> None:
     """Write `<root>/SHA256SUMS` (sorted, `<digest>  <path>`) through a temporary file and a rename."""
-    path = root / "SHA256SUMS"
-    tmp = _tmp_path(path)
-    try:
-        tmp.write_text("".join(f"{sums[rel]}  {rel}\n" for rel in sorted(sums)))
-        _replace_from(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
+    atomic_write(root / "SHA256SUMS", "".join(f"{sums[rel]}  {rel}\n" for rel in sorted(sums)))
 
 
 def npz_files(root: Path) -> list[str]:

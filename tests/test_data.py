@@ -56,9 +56,6 @@ def test_hand_computed_sizes_match_the_files(data_root):
     for d in OFFICE_ALL:
         assert len(_labels(data_root, f"office_caltech10/{d}.npz")) == OFFICE_ALL[d]
         assert len(_office_train_labels(data_root, d)) == OFFICE_TRAIN[d]
-    assert D.train_sizes(data_root, "office_caltech", list(OFFICE_ALL)) == OFFICE_TRAIN
-    assert D.train_sizes(data_root, "digits", ["mnist", "usps", "syn"]) == {
-        k: DIGITS_TRAIN[k] for k in ("mnist", "usps", "syn")}
 
 
 @pytest.mark.parametrize("preset", ["code", "paper"])

@@ -7,8 +7,6 @@ import math
 
 import pytest
 import torch
-import torch.nn.functional as F
-from torch import nn
 
 from benchmark import server
 from benchmark.methods import METHODS
@@ -17,25 +15,7 @@ from lightning_modules.base import fit_local
 from lightning_modules.moon import MOONClient, moon_loss
 from lightning_modules.resnet import ResNet10
 from ray_jobs.clients import ClientGroup
-
-
-class TinyNet(nn.Module):
-    """The ResNet10 interface (features, (logits, z), feature_dim) at a tiny size, BatchNorm included."""
-
-    feature_dim = 6
-
-    def __init__(self, num_classes: int = 10):
-        super().__init__()
-        self.conv = nn.Conv2d(3, 6, 3, stride=2, padding=1)
-        self.bn = nn.BatchNorm2d(6)
-        self.classifier = nn.Linear(6, num_classes)
-
-    def features(self, x):
-        return F.adaptive_avg_pool2d(F.relu(self.bn(self.conv(x))), 1).flatten(1)
-
-    def forward(self, x):
-        z = self.features(x)
-        return self.classifier(z), z
+from tiny_net import TinyNet
 
 
 def images(n: int, seed: int) -> torch.Tensor:
