@@ -84,10 +84,14 @@ def execute(runs: list[RunConfig], parallel: int | None) -> list[str]:
     if not todo:
         return []
     if todo[0].executor == "ray":
-        ray = init_ray(todo[0])
-        need = todo[0].driver_cpus + todo[0].num_actors * todo[0].cpus_per_actor
-        fit = max(1, math.floor(ray.cluster_resources().get("CPU", 1) / need))
-        parallel = parallel or fit
+        # as many runs at once as fit whole (a run holds its driver and all its actors for its whole life,
+        # so runs that only partly fit could wait on each other forever)
+        c, have = todo[0], init_ray(todo[0]).cluster_resources()
+        fit = math.floor(have.get("CPU", 0) / (c.driver_cpus + c.num_actors * c.cpus_per_actor))
+        need_gpu = c.driver_gpus + c.num_actors * c.gpus_per_actor
+        if need_gpu:
+            fit = min(fit, math.floor(have.get("GPU", 0) / need_gpu))
+        parallel = min(parallel or fit, max(1, fit))
     parallel = 1 if todo[0].executor == "local" else parallel
     lock, done = threading.Lock(), []
 
