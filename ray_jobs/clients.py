@@ -34,13 +34,13 @@ def client_generator(seed: int, round_idx: int, client_id: int) -> torch.Generat
 
 
 class ClientGroup:
-    def __init__(self, cfg: dict, clients: list[dict], data_root: str, threads: int | None = None):
+    def __init__(self, cfg: dict, clients: list[dict], data_root: str):
         from benchmark.methods import METHODS
 
-        if threads:
-            torch.set_num_threads(threads)
         self.cfg = cfg
         self.device = resolve_device(cfg["device"])
+        if self.device.type == "cpu":  # the actor's CPU share, in or out of Ray: same kernels, same numbers
+            torch.set_num_threads(max(1, int(cfg["cpus_per_actor"])))
         self.clients = clients
         domains = sorted({c["domain"] for c in clients})
         raw = {d: load_domain(Path(data_root), cfg["dataset"], d, need_test=False) for d in domains}

@@ -17,6 +17,7 @@ from benchmark.data import eval_subset, load_domain, to_tensor_images
 from benchmark.methods import METHODS
 from benchmark.transforms import normalize
 from lightning_modules.resnet import ResNet10
+from benchmark.server import add_sums
 from ray_jobs.clients import ClientGroup, resolve_device
 
 
@@ -30,8 +31,7 @@ class LocalExecutor:
     """Client groups as plain objects in this process."""
 
     def __init__(self, cfg: dict, groups: list[list[dict]], data_root: str):
-        threads = max(1, int(cfg["cpus_per_actor"])) if resolve_device(cfg["device"]).type == "cpu" else None
-        self.groups = [ClientGroup(cfg, g, data_root, threads) for g in groups]
+        self.groups = [ClientGroup(cfg, g, data_root) for g in groups]
 
     def put(self, obj):
         return obj
@@ -47,9 +47,8 @@ class RayExecutor:
         import ray
 
         self.ray = ray
-        threads = max(1, int(cfg["cpus_per_actor"])) if cfg["gpus_per_actor"] == 0 else None
         actor = ray.remote(ClientGroup).options(num_cpus=cfg["cpus_per_actor"], num_gpus=cfg["gpus_per_actor"])
-        self.groups = [actor.remote(cfg, g, data_root, threads) for g in groups]
+        self.groups = [actor.remote(cfg, g, data_root) for g in groups]
 
     def put(self, obj):
         return self.ray.put(obj)  # once per round, shared by every actor
@@ -90,10 +89,9 @@ class Driver:
         results = self.executor.map("train", state_ref, payload_ref, r)
         t1 = time.perf_counter()
 
-        total = sum(res["weight"] for res in results)
-        sum64 = results[0]["sum"]
-        for res in results[1:]:
-            sum64 = {k: sum64[k] + res["sum"][k] for k in sum64}
+        total, sum64 = sum(res["weight"] for res in results), None
+        for res in results:
+            sum64 = add_sums(sum64, res["sum"])
         mean64 = {k: v / total for k, v in sum64.items()}
         self.global_state = self.rule.aggregate(self.global_state, mean64, r)
         t2 = time.perf_counter()
