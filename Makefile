@@ -5,6 +5,8 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 PROFILE ?= full
 DOMAINS ?=
+EXECUTOR ?= ray
+ENGINE ?= auto
 export RAY_AUTH_MODE ?= disabled
 export RAY_USAGE_STATS_ENABLED ?= 0
 
@@ -32,8 +34,10 @@ bench: $(STAMP)
 data: $(STAMP)
 	$(PY) -m benchmark.download --root data
 
+## EXECUTOR=local: one process, one run after another, no Ray needed; ENGINE=sequential|fused|auto
 table1 table2 table3: $(STAMP)
-	$(PY) -m ray_jobs.sweep --table $(subst table,,$@) --profile $(PROFILE) $(if $(DOMAINS),--domains $(DOMAINS))
+	$(PY) -m ray_jobs.sweep --table $(subst table,,$@) --profile $(PROFILE) $(if $(DOMAINS),--domains $(DOMAINS)) \
+		--executor $(EXECUTOR) --engine $(ENGINE)
 
 clean:
 	rm -rf $(VENV) .cache

@@ -6,6 +6,12 @@
     (checkpoint, logger, progress bar, model summary all off) for comparison.
 (2) ResNet-10 training images per second through both loops, and their ratio.
 (3) One small FPL round through Ray, split into its phases.
+(4) The client engines: images per second of a group of equal-size clients trained
+    one after another (`--engine sequential`) and as one batched computation
+    (`--engine fused`), and their ratio; on the CPU small settings.
+(5) On a GPU only: per-phase round times with each engine (in-process executor)
+    and, with --full-runs, the wall time of one full FPL run on Digits and on
+    Office-Caltech (the paper's protocol, in-process executor, engine auto).
 Prints a report and saves it to results/perf/bench-<device>.txt.
 """
 from __future__ import annotations
@@ -139,7 +145,39 @@ def resnet_throughput(device, n, epochs, repeats):
     return images / t_plain, images / t_ours
 
 
-def ray_round_phases():
+def engine_throughput(device, method: str, clients: int, n: int, epochs: int, repeats: int):
+    """Images/s of `clients` ResNet-10 clients of n samples each: fit_local one after another vs fit_fused."""
+    from benchmark.methods import METHODS
+    from lightning_modules.fused import fit_fused
+    from lightning_modules.resnet import ResNet10
+
+    spec = METHODS[method]
+    torch.manual_seed(0)
+    data = [(torch.randint(0, 256, (n, 3, 32, 32), dtype=torch.uint8, device=device),
+             torch.randint(0, 10, (n,), device=device)) for _ in range(clients)]
+    module = spec.client(num_classes=10, **spec.defaults).to(device)
+    start = {k: v.clone() for k, v in ResNet10().state_dict().items()}
+
+    def start_client(i):
+        module.net.load_state_dict(start)
+        module.load_client_state(None)
+        module.start_round(0, {}, start)
+
+    def sequential():
+        for i, (x, y) in enumerate(data):
+            start_client(i)
+            fit_local(module, x, y, epochs, 64, torch.Generator().manual_seed(i))
+
+    def fused():
+        fit_fused(module, start_client, data, epochs, 64, [torch.Generator().manual_seed(i) for i in range(clients)])
+
+    images = clients * n * epochs
+    t_seq, t_fused = timed([sequential, fused], device, repeats)
+    return images / t_seq, images / t_fused
+
+
+def round_phases(executor="ray", engine="auto", method="fpl", dataset="office_caltech", **kw):
+    """The phases of the second round of a small run (or, with kw, any run): returns (cfg, phases, wall_s)."""
     import tempfile
 
     from benchmark.config import RunConfig
@@ -147,12 +185,14 @@ def ray_round_phases():
 
     os.environ.setdefault("WANDB_MODE", "disabled")
     with tempfile.TemporaryDirectory() as out:
-        cfg = RunConfig(method="fpl", dataset="office_caltech", rounds=2, local_epochs=1, client_fraction=0.3,
-                        eval_max=None, out=out, num_actors=2)
+        settings = kw or dict(rounds=2, local_epochs=1, client_fraction=0.3, eval_max=None)
+        cfg = RunConfig(method=method, dataset=dataset, out=out, num_actors=2, executor=executor, engine=engine, **settings)
+        t = time.perf_counter()
         run(cfg, quiet=True)
+        wall = time.perf_counter() - t
         from benchmark.results import read_jsonl
 
-        return cfg, read_jsonl(Path(out) / "metrics.jsonl")[-1]["time_s"]
+        return cfg, read_jsonl(Path(out) / "metrics.jsonl")[-1]["time_s"], wall
 
 
 def main(argv=None):
@@ -160,6 +200,8 @@ def main(argv=None):
     ap.add_argument("--device", default="auto")
     ap.add_argument("--skip-ray", action="store_true", help="skip (3), e.g. on a machine without Ray")
     ap.add_argument("--out-dir", default="results/perf")
+    ap.add_argument("--full-runs", action="store_true",
+                    help="on a GPU: also time one full FPL run on Digits and one on Office-Caltech (minutes)")
     args = ap.parse_args(argv)
     device = torch.device("cuda" if args.device == "auto" and torch.cuda.is_available() else
                           ("cpu" if args.device == "auto" else args.device))
@@ -186,11 +228,30 @@ def main(argv=None):
     say(f"    ratio fit_local / plain   {ips_ours / ips_plain:9.3f}")
     if not args.skip_ray:
         say()
-        cfg, phases = ray_round_phases()
+        cfg, phases, _ = round_phases()
         say(f"(3) one FPL round through Ray: Office-Caltech, {cfg.num_actors} client actors, 10 clients at "
             f"{cfg.client_fraction:g} of their data, 1 local epoch, full test sets (second round)")
         for k, v in phases.items():
             say(f"    {k:24s} {v:8.3f} s")
+    say()
+    clients, n, epochs, repeats = (10, 600, 1, 3) if device.type == "cuda" else (3, 128, 1, 2)
+    say(f"(4) client engines: {clients} clients of {n} samples, {epochs} local epoch, batch 64, ResNet-10 "
+        f"(best of {repeats}, interleaved)")
+    for method in ("fedavg", "fpl") if device.type == "cuda" else ("fedavg",):
+        ips_seq, ips_fused = engine_throughput(device, method, clients, n, epochs, repeats)
+        say(f"    {method:8s} sequential {ips_seq:9.1f} images/s   fused {ips_fused:9.1f} images/s   "
+            f"fused / sequential {ips_fused / ips_seq:6.3f}")
+    if device.type == "cuda":
+        say()
+        say("(5) one FPL round on Office-Caltech in process, per phase (second round of a 2-round, 1-epoch run)")
+        for engine in ("sequential", "fused"):
+            _, phases, _ = round_phases("local", engine)
+            say(f"    {engine:10s} " + "  ".join(f"{k} {v:.3f}s" for k, v in phases.items()))
+        if args.full_runs:
+            for dataset in ("digits", "office_caltech"):
+                cfg, phases, wall = round_phases("local", "auto", "fpl", dataset, eval_max=None)
+                say(f"    full FPL {dataset}: {cfg.rounds} rounds x {cfg.local_epochs} epochs, engine auto: "
+                    f"wall {wall:.1f} s; last round " + "  ".join(f"{k} {v:.3f}s" for k, v in phases.items()))
     out = Path(args.out_dir)
     out.mkdir(parents=True, exist_ok=True)
     path = out / f"bench-{device.type}.txt"

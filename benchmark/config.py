@@ -7,6 +7,8 @@ from dataclasses import dataclass, field
 
 from benchmark.data import DATASETS
 
+ENGINES = ("auto", "sequential", "fused")  # client training engines (ray_jobs.clients)
+
 # Client splits per dataset (clients per domain, in domain order). PROTOCOL.md section 1.
 SPLITS: dict[str, dict[str, dict[str, int]]] = {
     "digits": {
@@ -49,6 +51,7 @@ class RunConfig:
     driver_cpus: float = 1.0
     driver_gpus: float = 0.0
     device: str = "auto"  # auto: cuda when the process sees a GPU
+    engine: str = "auto"  # client training: sequential | fused | auto (sequential on CPU, fused on CUDA)
     data_root: str | None = None
     out: str | None = None
     name: str | None = None
@@ -85,6 +88,8 @@ class RunConfig:
             raise ConfigError(f"eval-max must be at least 1 (got {self.eval_max}).")
         if self.executor not in ("ray", "local"):
             raise ConfigError(f"unknown executor {self.executor!r}; choose ray or local.")
+        if self.engine not in ENGINES:
+            raise ConfigError(f"unknown engine {self.engine!r}; choose one of: {', '.join(ENGINES)}.")
         if self.num_actors < 1:
             raise ConfigError(f"num-actors must be at least 1 (got {self.num_actors}).")
         spec = METHODS[self.method]

@@ -8,7 +8,13 @@ per-class feature means of the last local epoch as its local prototypes.
 
 `fit_local` runs those hooks directly over batches of resident tensors: no
 Trainer, checkpoint, logger, progress bar or model summary per client fit
-(see `make bench` for what that saves against Lightning's Trainer).
+(see `make bench` for what that saves against Lightning's Trainer). The fused
+engine (`lightning_modules.fused`) runs the same hooks for several clients at
+once; for that, a client's own tensors that change during or between its rounds
+(its prototype sums here, FedDyn's correction, MOON's previous model) are
+parameters or buffers of the module, changed in place inside the hooks, never
+plain attributes; plain attributes set in `start_round` (the payload, the
+global weights) must be the same for every client of the round.
 """
 from __future__ import annotations
 
@@ -25,6 +31,10 @@ class NonFiniteLoss(RuntimeError):
 
 
 class ClientModule(L.LightningModule):
+    # prefixes of parameter/buffer names that are the same for every client of a round and
+    # not changed by training (MOON's global model): the fused engine keeps one copy of them
+    shared_state: tuple[str, ...] = ()
+
     def __init__(self, num_classes: int = 10, lr: float = 0.01, momentum: float = 0.9, weight_decay: float = 1e-5, **hparams):
         super().__init__()
         self.num_classes = num_classes
@@ -33,14 +43,18 @@ class ClientModule(L.LightningModule):
         self.net = ResNet10(num_classes)
         self.round = 0
         self.payload: dict = {}
-        self._proto_sum: torch.Tensor | None = None
-        self._proto_count: torch.Tensor | None = None
+        # per-client tensors are buffers (not plain attributes) so that the fused engine's
+        # functional_call swaps in each client's own copy; non-persistent: not in state_dict
+        self.register_buffer("_proto_sum", None, persistent=False)
+        self.register_buffer("_proto_count", None, persistent=False)
 
     # ------------------------------------------------------------------ per round
     def start_round(self, round_idx: int, payload: dict, global_state: dict) -> None:
         """Called after the global weights are loaded, before local training."""
         self.round = round_idx
-        self.payload = {k: v.to(self.device) if torch.is_tensor(v) else v for k, v in payload.items()}
+        dtype = next(self.net.parameters()).dtype  # float payload tensors (prototypes) in the model's dtype
+        self.payload = {k: (v.to(self.device, dtype) if v.is_floating_point() else v.to(self.device)) if torch.is_tensor(v) else v
+                        for k, v in payload.items()}
 
     def client_state(self):
         """State of this client that must survive to its next round (None: stateless)."""
@@ -66,17 +80,23 @@ class ClientModule(L.LightningModule):
     def training_step(self, batch, batch_idx):
         x, y = batch
         logits, z = self.net(x)
-        if self.gather_prototypes:
-            self._proto_sum.index_add_(0, y, z.detach())
-            self._proto_count += torch.bincount(y, minlength=self.num_classes)
+        if self.gather_prototypes:  # index_add_, not bincount: it also runs per client under vmap
+            self._proto_sum.index_add_(0, y, z.detach().to(self._proto_sum.dtype))
+            self._proto_count.index_add_(0, y, torch.ones_like(y))
         return self.compute_loss(x, y, logits, z)
 
     gather_prototypes = True  # the local loop turns it on for the last local epoch only
 
     def on_train_epoch_start(self) -> None:
-        # reset each epoch: what remains after the last epoch are its class means
-        self._proto_sum = torch.zeros(self.num_classes, self.net.feature_dim, device=self.device)
-        self._proto_count = torch.zeros(self.num_classes, dtype=torch.long, device=self.device)
+        # reset each epoch, in place (the fused engine runs this on every client's copy):
+        # what remains after the last epoch are its class means
+        shape = (self.num_classes, self.net.feature_dim)
+        if self._proto_sum is None or self._proto_sum.shape != shape:
+            dtype = next(self.net.parameters()).dtype
+            self._proto_sum = torch.zeros(shape, dtype=dtype, device=self.device)
+            self._proto_count = torch.zeros(self.num_classes, dtype=torch.long, device=self.device)
+        self._proto_sum.zero_()
+        self._proto_count.zero_()
 
     def configure_optimizers(self):
         return torch.optim.SGD(self.parameters(), lr=self.lr, momentum=self.momentum, weight_decay=self.weight_decay)
@@ -93,6 +113,12 @@ def batches(n: int, batch_size: int, generator: torch.Generator):
     return perm.split(batch_size)
 
 
+def augmented_batch(x: torch.Tensor, y: torch.Tensor, idx: torch.Tensor, generator: torch.Generator, dtype: torch.dtype):
+    """One training batch: the images at `idx` augmented with the client's generator, in the model's dtype."""
+    idx = idx.to(x.device)
+    return augment(x[idx], generator).to(dtype), y[idx]
+
+
 def fit_local(module: ClientModule, x: torch.Tensor, y: torch.Tensor, epochs: int, batch_size: int, generator: torch.Generator) -> float:
     """Train `module` on the resident uint8 images `x` and labels `y`; returns the mean loss.
 
@@ -101,15 +127,15 @@ def fit_local(module: ClientModule, x: torch.Tensor, y: torch.Tensor, epochs: in
     """
     optimizer = module.configure_optimizers()
     module.train()
-    total = torch.zeros((), device=x.device)
+    dtype = next(module.net.parameters()).dtype
+    total = torch.zeros((), dtype=dtype, device=x.device)
     finite = torch.ones((), dtype=torch.bool, device=x.device)
     steps = 0
     for epoch in range(epochs):
         module.gather_prototypes = epoch == epochs - 1
         module.on_train_epoch_start()
         for i, idx in enumerate(batches(len(y), batch_size, generator)):
-            idx = idx.to(x.device)
-            loss = module.training_step((augment(x[idx], generator), y[idx]), i)
+            loss = module.training_step(augmented_batch(x, y, idx, generator, dtype), i)
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
             optimizer.step()

@@ -3,7 +3,9 @@
 The positive pair is (z, z_global), the negative (z, z_previous), cosine
 similarity over temperature; the global and the client's previous local model
 are frozen. The previous model is this client's state, kept in its actor
-across rounds; in round 0 it is the client's starting model.
+across rounds; in round 0 it is the client's starting model. The global model
+is the same for every client of a round (`shared_state`: the fused engine keeps
+one copy of it for all clients), the previous model is each client's own.
 """
 import copy
 
@@ -14,6 +16,8 @@ from lightning_modules.base import ClientModule
 
 
 class MOONClient(ClientModule):
+    shared_state = ("global_net.",)
+
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
         self._previous_state = None

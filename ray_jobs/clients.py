@@ -7,6 +7,12 @@ between rounds (MOON's previous model, FedDyn's correction) is stored per client
 id here, never in the shared module. The group returns the sample-weighted sum
 of its clients' weights, so weights leave an actor once per round, not once per
 client.
+
+Engines (`engine` in the config): `sequential` trains the clients one after
+another with `fit_local`; `fused` trains the clients of equal size (equal step
+counts) together as one batched computation with `fit_fused` (a client of a
+size no other client of the group has trains alone, with `fit_local`). Both give
+the same training; `auto` picks sequential on the CPU, fused on CUDA (README).
 """
 from __future__ import annotations
 
@@ -16,15 +22,27 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from benchmark.config import ENGINES
 from benchmark.data import load_domain, to_tensor_images
 from benchmark.server import accumulate
 from lightning_modules.base import NonFiniteLoss, fit_local
+from lightning_modules.fused import FusedNonFiniteLoss, fit_fused
 
 
 def resolve_device(name: str) -> torch.device:
     if name == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     return torch.device(name)
+
+
+def resolve_engine(name: str, device: torch.device) -> str:
+    """auto: the one-client-at-a-time loop on the CPU (grouped convolutions are slow in the CPU
+    kernels, `make bench`), the fused engine on CUDA."""
+    if name not in ENGINES:
+        raise ValueError(f"unknown engine {name!r}; choose one of: {', '.join(ENGINES)}.")
+    if name == "auto":
+        return "fused" if device.type == "cuda" else "sequential"
+    return name
 
 
 def client_generator(seed: int, round_idx: int, client_id: int) -> torch.Generator:
@@ -57,28 +75,51 @@ class ClientGroup:
         ).to(self.device)
         self.client_states: dict[int, object] = {}
 
+    def subgroups(self) -> list[list[dict]]:
+        """Clients trained together: one by one (sequential), or those of equal size (fused)."""
+        if resolve_engine(self.cfg.get("engine", "sequential"), self.device) == "sequential":
+            return [[c] for c in self.clients]
+        by_size: dict[int, list[dict]] = {}
+        for c in self.clients:
+            by_size.setdefault(len(self.data[c["id"]][1]), []).append(c)
+        return list(by_size.values())
+
+    def start_client(self, c: dict, global_state: dict, payload: dict, round_idx: int) -> None:
+        """Client c's starting state in the module: the global weights, its own state, the round's inputs."""
+        self.module.net.load_state_dict(global_state)
+        self.module.load_client_state(self.client_states.get(c["id"]))
+        self.module.start_round(round_idx, payload, global_state)
+
     def train(self, global_state: dict, payload: dict, round_idx: int) -> dict:
         """Train every client of the group from the global state; return partial sums and prototypes."""
         cfg = self.cfg
         weight_sum, total, protos, losses = None, 0, {}, {}
         start = time.perf_counter()
-        for c in self.clients:
-            cid = c["id"]
-            x, y = self.data[cid]
-            self.module.net.load_state_dict(global_state)
-            self.module.load_client_state(self.client_states.get(cid))
-            self.module.start_round(round_idx, payload, global_state)
-            gen = client_generator(cfg["seed"], round_idx, cid)
+        for members in self.subgroups():
+            gens = [client_generator(cfg["seed"], round_idx, c["id"]) for c in members]
+            data = [self.data[c["id"]] for c in members]
             try:
-                losses[cid] = fit_local(self.module, x, y, cfg["local_epochs"], cfg["batch_size"], gen)
-            except NonFiniteLoss:
+                if len(members) == 1:
+                    self.start_client(members[0], global_state, payload, round_idx)
+                    member_losses = [fit_local(self.module, *data[0], cfg["local_epochs"], cfg["batch_size"], gens[0])]
+                    load = lambda i: None  # noqa: E731  (the module holds the one client)
+                else:
+                    member_losses, load = fit_fused(
+                        self.module, lambda i: self.start_client(members[i], global_state, payload, round_idx),
+                        data, cfg["local_epochs"], cfg["batch_size"], gens)
+            except NonFiniteLoss as e:
+                c = members[e.index if isinstance(e, FusedNonFiniteLoss) else 0]
                 raise NonFiniteLoss(
-                    f"non-finite loss in round {round_idx}, client {cid} ({c['domain']}); "
+                    f"non-finite loss in round {round_idx}, client {c['id']} ({c['domain']}); "
                     "its weights were discarded and the run stopped. Lower the learning rate or raise tau."
                 ) from None
-            self.client_states[cid] = self.module.client_state()
-            weight_sum = accumulate(weight_sum, self.module.net.state_dict(), len(y))
-            total += len(y)
-            protos[cid] = self.module.local_prototypes()
+            for i, c in enumerate(members):
+                load(i)
+                cid, n = c["id"], len(data[i][1])
+                losses[cid] = member_losses[i]
+                self.client_states[cid] = self.module.client_state()
+                weight_sum = accumulate(weight_sum, self.module.net.state_dict(), n)
+                total += n
+                protos[cid] = self.module.local_prototypes()
         return {"sum": {k: v.cpu() for k, v in weight_sum.items()}, "weight": total, "protos": protos, "losses": losses,
                 "train_s": time.perf_counter() - start}

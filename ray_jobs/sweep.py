@@ -213,12 +213,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--results-dir", default=None, help="default results/ (full) or results/smoke/ (smoke)")
     ap.add_argument("--data-root", default=None)
     ap.add_argument("--parallel", type=int, default=None, help="runs at once (default: as many as the cluster fits)")
-    ap.add_argument("--executor", default="ray", choices=["ray", "local"])
+    ap.add_argument("--executor", default="ray", choices=["ray", "local"],
+                    help="local: every run in this process, one after another (Ray is not imported)")
+    ap.add_argument("--engine", default="auto", help="client training engine of every run: auto, sequential or fused")
     args = ap.parse_args(argv)
     results_dir = Path(args.results_dir or ("results" if args.profile == "full" else "results/smoke"))
     try:
         runs = plan(args.table, args.profile, args.domains.split(",") if args.domains else None, results_dir,
-                    args.data_root, {"executor": args.executor})
+                    args.data_root, {"executor": args.executor, "engine": args.engine})
         execute(runs, args.parallel)
         df = report(args.table, args.profile, runs, results_dir)
     except (ConfigError, DataError, RunError) as e:

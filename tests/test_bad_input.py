@@ -42,6 +42,11 @@ def test_tau_not_positive(capsys, tmp_path, data_root, tau):
     assert "tau must be" in err and "> 0" in err and f"(got {tau})" in err
 
 
+def test_unknown_engine(capsys, tmp_path, data_root):
+    err = fails(capsys, ["--engine", "batched", "--data-root", str(data_root)], tmp_path)
+    assert "unknown engine 'batched'" in err and "sequential" in err and "fused" in err and "auto" in err
+
+
 def test_rounds_below_one(capsys, tmp_path, data_root):
     err = fails(capsys, ["--rounds", "0", "--data-root", str(data_root)], tmp_path)
     assert "rounds must be at least 1 (got 0)" in err

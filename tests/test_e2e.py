@@ -88,6 +88,17 @@ def test_same_seed_same_metrics_and_local_equals_ray(runs, full_digits_root, tmp
     assert strip(read_jsonl(local / "metrics.jsonl")) == ref
 
 
+def test_fused_engine_through_ray_equals_local(ray_cluster, full_digits_root, tmp_path_factory):
+    """Digits (clients of a domain have equal size, so the fused groups hold several clients):
+    2 Ray actors with the fused engine give the same metrics as the local executor with it."""
+    kw = dict(engine="fused", eval_max=50)
+    ray_out, _ = small_run(tmp_path_factory, full_digits_root, "fpl", "digits", 0.03, **kw)
+    local_out, _ = small_run(tmp_path_factory, full_digits_root, "fpl", "digits", 0.03, executor="local", **kw)
+    strip = lambda rows: [(r["accuracy"], r["client_loss"]) for r in rows]  # noqa: E731
+    assert strip(read_jsonl(ray_out / "metrics.jsonl")) == strip(read_jsonl(local_out / "metrics.jsonl"))
+    assert json.loads((ray_out / "config.json").read_text())["engine"] == "fused"
+
+
 def test_other_seed_other_metrics(runs, full_digits_root, tmp_path_factory):
     out, _ = runs[("fedavg", "office_caltech")]
     other, _ = small_run(tmp_path_factory, full_digits_root, "fedavg", "office_caltech", 0.1, executor="local", seed=1)

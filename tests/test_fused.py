@@ -1,0 +1,141 @@
+"""The fused engine trains exactly what the one-client-at-a-time loop trains, for every method.
+
+Each method runs 2 rounds (its own server rule making the global model and the
+payload between rounds; round 1 uses the payload and the per-client state of round 0) through two client groups that differ only in the engine,
+on real USPS images with clients of unequal size (two sizes shared by several
+clients, one client alone), a tiny BatchNorm network, in float64: weights,
+BatchNorm statistics (in the weighted sums and in MOON's per-client state),
+prototypes, losses and per-client state must agree within relative 1e-9.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from benchmark.data import to_tensor_images
+from benchmark.methods import METHODS
+from lightning_modules.fused import fit_fused
+from ray_jobs.clients import ClientGroup, resolve_engine
+from tiny_net import TinyNet
+
+SIZES = {0: 10, 1: 7, 2: 10, 3: 5, 4: 7}  # client id -> samples: 2 of 10, 2 of 7, 1 of 5
+
+
+@pytest.fixture(scope="module")
+def shards(data_root):
+    with np.load(data_root / "digits/usps_test.npz") as z:
+        x, y = to_tensor_images(z["x"][:64]), torch.from_numpy(z["y"][:64]).long()
+    out, start = {}, 0
+    for cid, n in SIZES.items():
+        out[cid] = (x[start:start + n], y[start:start + n])
+        start += n
+    return out
+
+
+def make_group(method: str, engine: str, shards, dtype) -> ClientGroup:
+    spec = METHODS[method]
+    group = ClientGroup.__new__(ClientGroup)
+    group.cfg = {"seed": 3, "local_epochs": 2, "batch_size": 4, "method": method, "engine": engine}
+    group.device = torch.device("cpu")
+    group.clients = [{"id": c, "domain": "usps"} for c in SIZES]
+    group.data = shards
+    group.module = spec.client(num_classes=10, lr=0.05, momentum=0.9, weight_decay=1e-3, **spec.defaults)
+    group.module.net = TinyNet(10)
+    group.module.to(dtype)
+    group.client_states = {}
+    return group
+
+
+def run_rounds(method, engine, shards, dtype, rounds=2):
+    """The driver's round for one group: train, weighted mean, server rule, payload."""
+    spec = METHODS[method]
+    torch.manual_seed(0)
+    state = {k: v.to(dtype) for k, v in TinyNet(10).state_dict().items()}
+    keys = [k for k, _ in TinyNet(10).named_parameters()]
+    rule = spec.server(spec.defaults, 10, TinyNet.feature_dim, 10, keys)  # of 10 rounds: FedProc's weight a > 0
+    group, payload, results = make_group(method, engine, shards, dtype), {}, []
+    for r in range(rounds):
+        res = group.train(state, payload, r)
+        mean64 = {k: v / res["weight"] for k, v in res["sum"].items()}
+        state = rule.aggregate(state, mean64, r)
+        payload = rule.payload(res["protos"], r)
+        results.append((res, {c: group.client_states.get(c) for c in SIZES}))
+    return results
+
+
+def flat(obj) -> list[torch.Tensor]:
+    """The tensors of nested dicts / lists in a fixed order (floats become tensors)."""
+    if obj is None:
+        return []
+    if isinstance(obj, dict):
+        return [t for k in sorted(obj, key=str) for t in flat(obj[k])]
+    if isinstance(obj, (list, tuple)):
+        return [t for v in obj for t in flat(v)]
+    return [torch.as_tensor(obj, dtype=torch.float64)]
+
+
+def max_rel_diff(a, b) -> float:
+    """Largest difference of two tensors relative to the reference tensor's largest entry."""
+    fa, fb = flat(a), flat(b)
+    assert len(fa) == len(fb) and len(fa) > 0
+    worst = 0.0
+    for x, y in zip(fa, fb):
+        assert x.shape == y.shape
+        if x.numel():
+            x, y = x.double(), y.double()
+            worst = max(worst, float((x - y).abs().max() / y.abs().max().clamp_min(1e-300)))
+    return worst
+
+
+@pytest.mark.parametrize("method", sorted(METHODS))
+def test_fused_equals_sequential_in_float64(method, shards):
+    seq = run_rounds(method, "sequential", shards, torch.float64)
+    fused = run_rounds(method, "fused", shards, torch.float64)
+    for (rs, cs_s), (rf, cs_f) in zip(seq, fused):
+        assert rs["weight"] == rf["weight"] == sum(SIZES.values())
+        assert sorted(rf["protos"]) == sorted(rf["losses"]) == sorted(SIZES)
+        for c in SIZES:
+            assert sorted(rs["protos"][c]) == sorted(rf["protos"][c])
+        assert max_rel_diff(rf["sum"], rs["sum"]) < 1e-9  # weights and BatchNorm statistics
+        assert max_rel_diff(rf["protos"], rs["protos"]) < 1e-9
+        assert max_rel_diff(rf["losses"], rs["losses"]) < 1e-9
+        if cs_s[0] is not None:  # MOON's previous model, FedDyn's correction
+            assert max_rel_diff(cs_f, cs_s) < 1e-9
+    # the training moved the weights and the clients differ: the comparison above could fail
+    assert max_rel_diff(seq[-1][0]["sum"], seq[0][0]["sum"]) > 1e-3
+    assert len({round(v, 6) for v in seq[-1][0]["losses"].values()}) > 1
+
+
+def test_fused_equals_sequential_in_float32(shards):
+    """float32: equal within rounding, amplified by 2 rounds of training (README quotes the size)."""
+    worst = 0.0
+    for method in ("fpl", "moon"):
+        seq = run_rounds(method, "sequential", shards, torch.float32)
+        fused = run_rounds(method, "fused", shards, torch.float32)
+        for (rs, _), (rf, _) in zip(seq, fused):
+            worst = max(worst, max_rel_diff(rf["sum"], rs["sum"]), max_rel_diff(rf["protos"], rs["protos"]),
+                        max_rel_diff(rf["losses"], rs["losses"]))
+    print(f"float32 fused vs sequential: largest difference relative to the tensor's largest entry {worst:.1e}")
+    assert worst < 1e-4
+
+
+def test_fit_fused_refuses_clients_of_unequal_size(shards):
+    group = make_group("fedavg", "fused", shards, torch.float64)
+    with pytest.raises(ValueError, match="same number of samples"):
+        fit_fused(group.module, lambda i: None, [shards[0], shards[1]], 1, 4, [torch.Generator()] * 2)
+
+
+def test_engine_groups_clients_of_equal_size(shards):
+    group = make_group("fedavg", "fused", shards, torch.float64)
+    assert [[c["id"] for c in g] for g in group.subgroups()] == [[0, 2], [1, 4], [3]]
+    group.cfg["engine"] = "sequential"
+    assert [[c["id"] for c in g] for g in group.subgroups()] == [[c] for c in SIZES]
+
+
+def test_auto_engine_rule():
+    assert resolve_engine("auto", torch.device("cpu")) == "sequential"
+    assert resolve_engine("auto", torch.device("cuda")) == "fused"
+    assert resolve_engine("fused", torch.device("cpu")) == "fused"
+    with pytest.raises(ValueError, match="unknown engine 'batched'"):
+        resolve_engine("batched", torch.device("cpu"))
