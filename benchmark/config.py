@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from benchmark.data import DATASETS
 
 ENGINES = ("auto", "sequential", "fused")  # client training engines (ray_jobs.clients)
+PRECISIONS = ("32-true", "bf16-mixed")  # Lightning's precision names (lightning_modules.base.precision_context)
 
 # Client splits per dataset (clients per domain, in domain order). PROTOCOL.md section 1.
 SPLITS: dict[str, dict[str, dict[str, int]]] = {
@@ -52,6 +53,7 @@ class RunConfig:
     driver_gpus: float = 0.0
     device: str = "auto"  # auto: cuda when the process sees a GPU
     engine: str = "auto"  # client training: sequential | fused | auto (sequential on CPU, fused on CUDA)
+    precision: str = "32-true"  # 32-true | bf16-mixed (autocast for training and evaluation)
     data_root: str | None = None
     out: str | None = None
     name: str | None = None
@@ -90,6 +92,8 @@ class RunConfig:
             raise ConfigError(f"unknown executor {self.executor!r}; choose ray or local.")
         if self.engine not in ENGINES:
             raise ConfigError(f"unknown engine {self.engine!r}; choose one of: {', '.join(ENGINES)}.")
+        if self.precision not in PRECISIONS:
+            raise ConfigError(f"unknown precision {self.precision!r}; choose one of: {', '.join(PRECISIONS)}.")
         if self.num_actors < 1:
             raise ConfigError(f"num-actors must be at least 1 (got {self.num_actors}).")
         spec = METHODS[self.method]

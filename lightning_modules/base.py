@@ -26,6 +26,14 @@ from benchmark.transforms import augment
 from lightning_modules.resnet import ResNet10
 
 
+def precision_context(precision: str, device: torch.device):
+    """Lightning Fabric's precision plugin's forward context: nothing for 32-true, autocast for bf16-mixed."""
+    from lightning.fabric.plugins.precision import MixedPrecision, Precision
+
+    plugin = Precision() if precision == "32-true" else MixedPrecision(precision, device.type)
+    return plugin.forward_context()
+
+
 class NonFiniteLoss(RuntimeError):
     """A client's local loss became NaN or infinite."""
 
@@ -34,6 +42,7 @@ class ClientModule(L.LightningModule):
     # prefixes of parameter/buffer names that are the same for every client of a round and
     # not changed by training (MOON's global model): the fused engine keeps one copy of them
     shared_state: tuple[str, ...] = ()
+    precision_mode = "32-true"  # the engines run the forward passes under precision_context(precision_mode)
 
     def __init__(self, num_classes: int = 10, lr: float = 0.01, momentum: float = 0.9, weight_decay: float = 1e-5, **hparams):
         super().__init__()
@@ -135,7 +144,8 @@ def fit_local(module: ClientModule, x: torch.Tensor, y: torch.Tensor, epochs: in
         module.gather_prototypes = epoch == epochs - 1
         module.on_train_epoch_start()
         for i, idx in enumerate(batches(len(y), batch_size, generator)):
-            loss = module.training_step(augmented_batch(x, y, idx, generator, dtype), i)
+            with precision_context(module.precision_mode, x.device):
+                loss = module.training_step(augmented_batch(x, y, idx, generator, dtype), i)
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
             optimizer.step()

@@ -24,7 +24,7 @@ import torch
 from torch import nn
 from torch.func import functional_call, vmap
 
-from lightning_modules.base import ClientModule, NonFiniteLoss, augmented_batch, batches
+from lightning_modules.base import ClientModule, NonFiniteLoss, augmented_batch, batches, precision_context
 
 
 class _Hooks(nn.Module):
@@ -107,7 +107,8 @@ def fit_fused(
         for i, idx in enumerate(zip(*orders)):
             xb, yb = zip(*(augmented_batch(x, y, j, g, dtype) for x, y, j, g in zip(xs, ys, idx, generators)))
             step = call("training_step")
-            losses = vmap(lambda s, xb, yb: step(s, (xb, yb), i))(batched, torch.stack(xb), torch.stack(yb))
+            with precision_context(module.precision_mode, xs[0].device):
+                losses = vmap(lambda s, xb, yb: step(s, (xb, yb), i))(batched, torch.stack(xb), torch.stack(yb))
             optimizer.zero_grad(set_to_none=True)
             losses.sum().backward()
             optimizer.step()

@@ -73,6 +73,7 @@ class ClientGroup:
         self.module = method.client(
             num_classes=10, lr=cfg["lr"], momentum=cfg["momentum"], weight_decay=cfg["weight_decay"], **cfg["hparams"]
         ).to(self.device)
+        self.module.precision_mode = cfg.get("precision", "32-true")
         self.client_states: dict[int, object] = {}
 
     def subgroups(self) -> list[list[dict]]:

@@ -16,6 +16,7 @@ import torch
 from benchmark.data import eval_subset, load_domain, to_tensor_images
 from benchmark.methods import METHODS
 from benchmark.transforms import normalize
+from lightning_modules.base import precision_context
 from lightning_modules.resnet import ResNet10
 from benchmark.server import add_sums
 from ray_jobs.clients import ClientGroup, resolve_device
@@ -128,7 +129,8 @@ class Driver:
         for d, (x, y) in self.test_sets.items():
             correct = 0
             for i in range(0, len(y), batch_size):
-                logits, _ = self.model(normalize(x[i : i + batch_size]))
+                with precision_context(self.cfg.get("precision", "32-true"), self.device):
+                    logits, _ = self.model(normalize(x[i : i + batch_size]))
                 correct += int((logits.argmax(1) == y[i : i + batch_size]).sum())
             acc[d] = 100.0 * correct / len(y)
         acc["AVG"] = float(np.mean([acc[d] for d in self.test_sets]))

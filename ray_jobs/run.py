@@ -67,6 +67,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--engine", default=d["engine"].default,
                    help="client training: sequential (one client after another), fused (clients of equal size as one "
                         "batched computation) or auto (sequential on the CPU, fused on CUDA)")
+    p.add_argument("--precision", default=d["precision"].default,
+                   help="32-true (float32, as the references) or bf16-mixed (bfloat16 autocast, Lightning's plugin)")
     p.add_argument("--data-root", default=None, help="default: $BENCH_DATA_ROOT, ./data, ../shared/data")
     p.add_argument("--out", default=None, help=f"run folder (default {DEFAULT_OUT}/<run-name>)")
     p.add_argument("--name", default=None, help="run name (default method-dataset-split-seed)")
@@ -83,7 +85,7 @@ def config_from_args(args) -> RunConfig:
         rounds=args.rounds, local_epochs=args.local_epochs, seed=args.seed, hparams=parse_hp(args.hp),
         client_fraction=args.client_fraction, eval_max=args.eval_max, executor=args.executor,
         num_actors=args.num_actors, cpus_per_actor=args.cpus_per_actor, gpus_per_actor=args.gpus_per_actor,
-        driver_cpus=args.driver_cpus, driver_gpus=args.driver_gpus, device=args.device, engine=args.engine,
+        driver_cpus=args.driver_cpus, driver_gpus=args.driver_gpus, device=args.device, engine=args.engine, precision=args.precision,
         data_root=args.data_root, out=args.out, name=args.name,
         wandb_project=args.wandb_project, wandb_group=args.wandb_group,
     )

@@ -47,6 +47,11 @@ def test_unknown_engine(capsys, tmp_path, data_root):
     assert "unknown engine 'batched'" in err and "sequential" in err and "fused" in err and "auto" in err
 
 
+def test_unknown_precision(capsys, tmp_path, data_root):
+    err = fails(capsys, ["--precision", "fp16", "--data-root", str(data_root)], tmp_path)
+    assert "unknown precision 'fp16'" in err and "32-true" in err and "bf16-mixed" in err
+
+
 def test_rounds_below_one(capsys, tmp_path, data_root):
     err = fails(capsys, ["--rounds", "0", "--data-root", str(data_root)], tmp_path)
     assert "rounds must be at least 1 (got 0)" in err

@@ -33,7 +33,7 @@ def shards(data_root):
     return out
 
 
-def make_group(method: str, engine: str, shards, dtype) -> ClientGroup:
+def make_group(method: str, engine: str, shards, dtype, precision="32-true") -> ClientGroup:
     spec = METHODS[method]
     group = ClientGroup.__new__(ClientGroup)
     group.cfg = {"seed": 3, "local_epochs": 2, "batch_size": 4, "method": method, "engine": engine}
@@ -43,18 +43,19 @@ def make_group(method: str, engine: str, shards, dtype) -> ClientGroup:
     group.module = spec.client(num_classes=10, lr=0.05, momentum=0.9, weight_decay=1e-3, **spec.defaults)
     group.module.net = TinyNet(10)
     group.module.to(dtype)
+    group.module.precision_mode = precision
     group.client_states = {}
     return group
 
 
-def run_rounds(method, engine, shards, dtype, rounds=2):
+def run_rounds(method, engine, shards, dtype, rounds=2, precision="32-true"):
     """The driver's round for one group: train, weighted mean, server rule, payload."""
     spec = METHODS[method]
     torch.manual_seed(0)
     state = {k: v.to(dtype) for k, v in TinyNet(10).state_dict().items()}
     keys = [k for k, _ in TinyNet(10).named_parameters()]
     rule = spec.server(spec.defaults, 10, TinyNet.feature_dim, 10, keys)  # of 10 rounds: FedProc's weight a > 0
-    group, payload, results = make_group(method, engine, shards, dtype), {}, []
+    group, payload, results = make_group(method, engine, shards, dtype, precision), {}, []
     for r in range(rounds):
         res = group.train(state, payload, r)
         mean64 = {k: v / res["weight"] for k, v in res["sum"].items()}
@@ -118,6 +119,17 @@ def test_fused_equals_sequential_in_float32(shards):
                         max_rel_diff(rf["losses"], rs["losses"]))
     print(f"float32 fused vs sequential: largest difference relative to the tensor's largest entry {worst:.1e}")
     assert worst < 1e-4
+
+
+def test_bf16_mixed_runs_in_both_engines(shards):
+    """bf16-mixed (Lightning's autocast plugin) is applied: losses move off float32's by bfloat16
+    rounding, not more; both engines run under it and stay close."""
+    ref = run_rounds("fpl", "sequential", shards, torch.float32)
+    seq = run_rounds("fpl", "sequential", shards, torch.float32, precision="bf16-mixed")
+    fused = run_rounds("fpl", "fused", shards, torch.float32, precision="bf16-mixed")
+    for (r32, _), (rs, _), (rf, _) in zip(ref, seq, fused):
+        assert 0 < max_rel_diff(rs["losses"], r32["losses"]) < 0.05
+        assert max_rel_diff(rf["losses"], rs["losses"]) < 0.05
 
 
 def test_fit_fused_refuses_clients_of_unequal_size(shards):
