@@ -209,7 +209,7 @@ def main(argv=None):
     say = lambda s="": (print(s, flush=True), lines.append(s))  # noqa: E731
     hw = torch.cuda.get_device_name(0) if device.type == "cuda" else f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores"
     say(f"make bench  {time.strftime('%Y-%m-%d %H:%M')}  device: {device} ({hw}), torch {torch.__version__}, "
-        f"{torch.get_num_threads()} threads")
+        f"{torch.get_num_threads()} threads, load average {os.getloadavg()[0]:.1f} at start")
     say()
     steps, t_plain, t_ours, t_trainer = loop_overhead(device)
     say(f"(1) client loop overhead, tiny model, {steps} steps of batch 64 per client-round (best of 15, interleaved)")
