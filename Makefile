@@ -10,7 +10,7 @@ ENGINE ?= auto
 export RAY_AUTH_MODE ?= disabled
 export RAY_USAGE_STATS_ENABLED ?= 0
 
-.PHONY: setup demo test bench data table1 table2 table3 clean
+.PHONY: setup demo test bench data table1 table2 table3 figures clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -38,6 +38,10 @@ data: $(STAMP)
 table1 table2 table3: $(STAMP)
 	$(PY) -m ray_jobs.sweep --table $(subst table,,$@) --profile $(PROFILE) $(if $(DOMAINS),--domains $(DOMAINS)) \
 		--executor $(EXECUTOR) --engine $(ENGINE)
+
+## every figure again from the run folders (table reports, smoke reports, the demo), no training
+figures: $(STAMP)
+	$(PY) -m benchmark.figures all
 
 clean:
 	rm -rf $(VENV) .cache

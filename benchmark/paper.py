@@ -1,6 +1,8 @@
 """The FPL paper's published numbers (PROTOCOL.md section 1): Table 2, Table 1, Table 3, Fig. 5."""
 from __future__ import annotations
 
+import numpy as np
+
 DOMAIN_ORDER = {"digits": ["mnist", "usps", "svhn", "syn"], "office_caltech": ["caltech", "amazon", "webcam", "dslr"]}
 
 
@@ -38,3 +40,15 @@ TABLE3 = {
 
 # Fig. 5: CPCL with cluster vs global prototypes on Office-Caltech: cluster is +2.08 AVG
 FIG5_CLUSTER_MINUS_GLOBAL_AVG = 2.08
+
+TABLES = {"1": TABLE1, "2": TABLE2, "3": TABLE3}
+
+
+def reference(table: dict, method: str, dataset: str, domains: list[str]) -> dict[str, float] | None:
+    """The paper's values of `method` on the `domains` that ran and their AVG: the paper's own AVG when every
+    domain ran, else the mean of its values on those domains. None when the paper has no row for `method`."""
+    if method not in table:
+        return None
+    row, kept = table[method][dataset], [d for d in DOMAIN_ORDER[dataset] if d in domains]
+    avg = row["AVG"] if kept == DOMAIN_ORDER[dataset] else float(np.mean([row[d] for d in kept]))
+    return {**{d: row[d] for d in kept}, "AVG": avg}

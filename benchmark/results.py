@@ -8,6 +8,7 @@ from pathlib import Path
 import numpy as np
 
 LAST_K = 5  # the paper's metric: mean accuracy over the last 5 rounds
+MODEL_FILE = "model.pt"  # the final global model of a complete run
 
 
 def atomic_write(path: Path, text: str) -> None:
@@ -75,6 +76,19 @@ def wandb_mode() -> str:
     return "online" if has_key else "offline"
 
 
+TAG_KEYS = ("method", "dataset", "split", "seed")
+
+
+def wandb_config(cfg: dict) -> dict:
+    """The W&B run config: the run's configuration with the method's hyperparameters as top-level keys."""
+    return {**{k: v for k, v in cfg.items() if k != "hparams"}, **cfg["hparams"]}
+
+
+def wandb_tags(cfg: dict) -> list[str]:
+    """`key:value` tags for method, dataset, split, seed and each method hyperparameter (W&B filters on tags)."""
+    return [f"{k}:{cfg[k]}" for k in TAG_KEYS] + [f"{k}:{v}" for k, v in cfg["hparams"].items()]
+
+
 class Recorder:
     """Writes one run's folder and W&B run. Until `finish`, the folder holds no summary.json,
     so an interrupted or failed run never claims to be complete."""
@@ -82,7 +96,7 @@ class Recorder:
     def __init__(self, out_dir: Path, cfg: dict, clients: list[dict], test_sizes: dict[str, int]):
         self.out = Path(out_dir)
         self.out.mkdir(parents=True, exist_ok=True)
-        for stale in ("summary.json", "error.txt"):
+        for stale in ("summary.json", "error.txt", MODEL_FILE):
             (self.out / stale).unlink(missing_ok=True)
         self.cfg, self.clients, self.rounds = cfg, clients, []
         atomic_write(self.out / "config.json", json.dumps({**cfg, "clients": clients, "test_sizes": test_sizes}, indent=2))
@@ -94,8 +108,10 @@ class Recorder:
             self.wandb = wandb.init(
                 project=cfg["wandb_project"],
                 group=cfg["wandb_group"] or f"{cfg['dataset']}",
+                job_type="train",
                 name=cfg["run_name"],
-                config=cfg,
+                config=wandb_config(cfg),
+                tags=wandb_tags(cfg),
                 mode=wandb_mode(),
                 dir=str(self.out),
                 reinit="create_new",
@@ -112,17 +128,30 @@ class Recorder:
                 step=record["round"],
             )
 
-    def finish(self) -> dict:
+    def save_model(self, state: dict) -> None:
+        """model.pt: the final global model's state_dict (float16), written atomically."""
+        import torch
+
+        tmp = self.out / f".{MODEL_FILE}.tmp{os.getpid()}"
+        torch.save(state, tmp)
+        os.replace(tmp, self.out / MODEL_FILE)
+
+    def finish(self, images: dict[str, Path] | None = None) -> dict:
+        """summary.json; the W&B run gets the tables, `images` ({name: PNG path}) and its summary."""
         summary = summarize(self.cfg, self.clients, self.rounds)
         if self.wandb:
             import wandb
+
+            self.wandb.log({name: wandb.Image(str(path)) for name, path in (images or {}).items()})
 
             domains = list(self.rounds[-1]["accuracy"])
             per_round = wandb.Table(columns=["round", *domains], data=[[r["round"], *r["accuracy"].values()] for r in self.rounds])
             final = wandb.Table(columns=["metric", *domains],
                                 data=[["final", *summary["final"].values()], ["last5", *summary["last5"].values()]])
             self.wandb.log({"accuracy_per_round": per_round, "final_accuracy": final})
-            self.wandb.summary.update({f"last5/{d}": v for d, v in summary["last5"].items()})
+            self.wandb.summary.update({**{f"last5/{d}": v for d, v in summary["last5"].items()},
+                                       **{f"final/{d}": v for d, v in summary["final"].items()},
+                                       "wall_time_s": summary["wall_time_s"]})
             self.wandb.finish()
         atomic_write(self.out / "summary.json", json.dumps(summary, indent=2))
         return summary

@@ -2,24 +2,28 @@
 
 A short version of the paper's Office-Caltech protocol (all 10 clients with
 their full 20% shares and the full test sets, but 6 rounds of 5 local epochs
-instead of 100 of 10), ending with a per-domain accuracy table.
+instead of 100 of 10), ending with a per-domain accuracy table, the accuracy
+curves and the t-SNE feature maps of both final models (results/figures/demo/).
 """
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 
 import pandas as pd
 
 from benchmark.config import RunConfig
+from benchmark.figures import DEMO_RUNS, demo_figures
 from ray_jobs.run import DEFAULT_OUT, RunError, run
 
+FIGURES = Path("results/figures/demo")
 DEMO = dict(dataset="office_caltech", rounds=6, local_epochs=5, seed=0, num_actors=2, cpus_per_actor=1)
 
 
 def main() -> int:
     rows = {}
-    for method in ("fedavg", "fpl"):
-        cfg = RunConfig(method=method, name=f"demo-{method}-office_caltech", wandb_group="demo", **DEMO)
+    for method, name in zip(("fedavg", "fpl"), DEMO_RUNS):
+        cfg = RunConfig(method=method, name=name, wandb_group="demo", **DEMO)
         try:
             summary = run(cfg)
         except RunError as e:
@@ -31,6 +35,8 @@ def main() -> int:
           "accuracy (%) of the global model, mean of the last 5 rounds")
     print(table.to_string(float_format=lambda v: f"{v:6.2f}"))
     print(f"run folders: {DEFAULT_OUT}/demo-fedavg-office_caltech, {DEFAULT_OUT}/demo-fpl-office_caltech")
+    figures = demo_figures([DEFAULT_OUT / n for n in DEMO_RUNS], FIGURES)
+    print(f"figures: {', '.join(map(str, figures))}")
     return 0
 
 

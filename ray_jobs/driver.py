@@ -80,6 +80,10 @@ class Driver:
         executor = RayExecutor if cfg["executor"] == "ray" else LocalExecutor
         self.executor = executor(cfg, assign_groups(clients, cfg["num_actors"]), data_root)
 
+    def final_state(self) -> dict[str, torch.Tensor]:
+        """The global model to keep in the run folder: floating tensors in float16 (half the size), on the CPU."""
+        return {k: (v.half() if v.is_floating_point() else v).cpu() for k, v in self.global_state.items()}
+
     def test_sizes(self) -> dict[str, int]:
         return {d: len(y) for d, (_, y) in self.test_sets.items()}
 

@@ -21,7 +21,9 @@ import pandas as pd
 from benchmark.config import CLIENT_PCT, ConfigError, RunConfig
 from benchmark.data import DataError, check_domains_present, plan_clients, resolve_data_root
 from benchmark.methods import METHODS, HyperparameterError
+from benchmark.figures import plot_curves
 from benchmark.results import Recorder
+from ray_jobs.progress import RunProgress
 
 DEFAULT_OUT = Path("results") / "runs"
 
@@ -74,7 +76,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--name", default=None, help="run name (default method-dataset-split-seed)")
     p.add_argument("--wandb-project", default=d["wandb_project"].default)
     p.add_argument("--wandb-group", default=None)
-    p.add_argument("--quiet", action="store_true", help="no per-round lines")
+    p.add_argument("--quiet", action="store_true", help="no progress bar or per-round lines")
     return p
 
 
@@ -152,19 +154,23 @@ def run(cfg: RunConfig, quiet: bool = False) -> dict:
     recorder = Recorder(out, record_cfg, public_clients, call("test_sizes"))
     if cfg.dropped_domains:
         print(f"note: domains left out of this run: {', '.join(cfg.dropped_domains)} (their clients are dropped)")
+    progress = None if quiet else RunProgress(cfg.run_name, cfg.rounds)
     try:
         for r in range(cfg.rounds):
             rec = call("run_round", r)
             recorder.log_round(rec)
-            if not quiet:
-                acc = "  ".join(f"{d} {v:5.2f}" for d, v in rec["accuracy"].items())
-                print(f"[{cfg.run_name}] round {r + 1}/{cfg.rounds}  loss {rec['train_loss']:.4f}  {acc}  "
-                      f"({rec['time_s']['round']:.1f}s)", flush=True)
+            if progress:
+                progress.update(rec)
     except Exception as e:  # the run stops; the folder keeps what it has, without summary.json
         msg = str(getattr(e, "cause", None) or e).strip().splitlines()[-1] if str(e) else repr(e)
         recorder.fail(msg)
         raise RunError(msg) from e
-    return recorder.finish()
+    finally:
+        if progress:
+            progress.close()
+    recorder.save_model(call("final_state"))
+    plot_curves([out], out / "curves", f"{cfg.run_name}: accuracy over rounds", formats=("png",))
+    return recorder.finish(images={"curves": out / "curves.png"})
 
 
 def format_table(summary: dict) -> str:

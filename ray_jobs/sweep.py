@@ -13,18 +13,20 @@ from __future__ import annotations
 import argparse
 import math
 import sys
-import threading
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
+from tqdm import tqdm
 
 from benchmark import paper
 from benchmark.config import ConfigError, RunConfig
 from benchmark.data import DATASETS, DataError, check_domains_present, resolve_data_root
+from benchmark.figures import RUNS_LINE, table_figures
 from benchmark.methods import TABLE2_METHODS
 from benchmark.results import atomic_write, is_complete, protocol, read_summary, wandb_mode
+from ray_jobs.progress import SweepProgress
 from ray_jobs.run import RunError, init_ray, run
 
 PROFILES = {
@@ -93,18 +95,27 @@ def execute(runs: list[RunConfig], parallel: int | None) -> list[str]:
             fit = min(fit, math.floor(have.get("GPU", 0) / need_gpu))
         parallel = min(parallel or fit, max(1, fit))
     parallel = 1 if todo[0].executor == "local" else parallel
-    lock, done = threading.Lock(), []
+    progress = SweepProgress(len(todo))
 
     def one(cfg: RunConfig):
-        summary = run(cfg, quiet=True)
-        with lock:
-            done.append(cfg.run_name)
-            print(f"[{len(done)}/{len(todo)}] {cfg.run_name}: AVG {summary['last5']['AVG']:.2f} "
-                  f"({summary['wall_time_s']:.0f}s)", flush=True)
+        progress.started(cfg.run_name)
+        try:
+            summary = run(cfg, quiet=True)
+        except Exception as e:
+            progress.failed_run(cfg.run_name, str(e) or repr(e))
+            raise
+        progress.finished(cfg.run_name, summary)
 
     with ThreadPoolExecutor(max_workers=parallel) as pool:
-        for f in [pool.submit(one, c) for c in todo]:
-            f.result()
+        futures = [pool.submit(one, c) for c in todo]
+    failed = [(c, f.exception()) for c, f in zip(todo, futures) if f.exception()]
+    elapsed = progress.close()
+    print(f"sweep: {len(todo) - len(failed)} runs done, {len(failed)} failed, {len(runs) - len(todo)} already complete "
+          f"({tqdm.format_interval(elapsed)})", flush=True)
+    if failed:
+        raise RunError(f"{len(failed)} of {len(todo)} runs failed, no report written: "
+                       + "; ".join(f"{c.run_name} ({e})" for c, e in failed)
+                       + ". Their folders hold error.txt; run the sweep again to retry them.")
     return [c.run_name for c in todo]
 
 
@@ -144,8 +155,7 @@ def report(table: str, profile: str, runs: list[RunConfig], results_dir: Path) -
         header = ["method", *doms, avg_label, "Δ FedAvg (paper)", "rank (paper)", "flag"]
         body = []
         # the paper's AVG when every domain ran, else the mean of its values on the domains that ran
-        paper_avg = {m: ref[m][ds]["AVG"] if kept == doms else float(np.mean([ref[m][ds][d] for d in kept]))
-                     for m in methods if m in ref}
+        paper_avg = {m: paper.reference(ref, m, ds, kept)["AVG"] for m in methods if m in ref}
         our_avg = {m: float(sub.loc[(m, "AVG"), "ours"]) for m in methods}
         order = sorted(methods, key=lambda m: -our_avg[m])
         paper_order = sorted(paper_avg, key=lambda m: -paper_avg[m])
@@ -183,24 +193,40 @@ def report(table: str, profile: str, runs: list[RunConfig], results_dir: Path) -
             lines += ["", f"Fig. 5 (CPCL only, cluster minus global prototypes, AVG): ours {gap:+.2f}, "
                       f"paper {paper.FIG5_CLUSTER_MINUS_GLOBAL_AVG:+.2f}."]
         lines.append("")
-    lines += ["Runs: " + ", ".join(sorted({c.run_name for c in runs})), ""]
+    fig_dir = results_dir / "figures" / f"table{table}"
+    figs = table_figures(table, [Path(c.out) for c in runs], fig_dir, f"{spec['title']}, {profile} profile")
+    rel = f"figures/table{table}"
+    lines += [f"Figures ([SVG]({rel}/curves.svg), [SVG]({rel}/bars.svg)): accuracy over rounds per method, mean over "
+              "seeds with a ± std band; per-domain last-5 accuracy beside the paper's.", "",
+              f"![accuracy over rounds]({rel}/curves.png)", "", f"![per-domain accuracy beside the paper]({rel}/bars.png)", ""]
+    lines += [RUNS_LINE + ", ".join(sorted({c.run_name for c in runs})), ""]
     results_dir.mkdir(parents=True, exist_ok=True)
     atomic_write(results_dir / f"table{table}.md", "\n".join(lines))
     df = pd.DataFrame(csv_rows)
     atomic_write(results_dir / f"table{table}.csv", df.to_csv(index=False))
-    log_wandb(table, profile, df)
+    log_wandb(table, profile, df, figs, results_dir)
     return df
 
 
-def log_wandb(table: str, profile: str, df: pd.DataFrame) -> None:
+def log_wandb(table: str, profile: str, df: pd.DataFrame, figs: dict, results_dir: Path) -> None:
+    """The sweep's report run in the sweep's group: the report as a table, a line chart of AVG per round per
+    method for each dataset, and the figures."""
     mode = wandb_mode()
     if mode == "disabled":
         return
     import wandb
 
     run = wandb.init(project="fedproto-bench", group=f"table{table}-{profile}", name=f"table{table}-{profile}-report",
-                     mode=mode, job_type="report", reinit="create_new")
-    run.log({f"table{table}": wandb.Table(dataframe=df)})
+                     mode=mode, job_type="report", reinit="create_new", dir=str(results_dir))
+    curves = figs["curves"][figs["curves"].domain == "AVG"]
+    charts = {}
+    for ds, sub in curves.groupby("dataset", sort=False):
+        lines = {m: g.sort_values("round") for m, g in sub.groupby("method", sort=False)}
+        charts[f"avg_per_round/{ds}"] = wandb.plot.line_series(
+            xs=[g["round"].tolist() for g in lines.values()], ys=[g["mean"].tolist() for g in lines.values()],
+            keys=list(lines), title=f"{ds}: AVG accuracy per round (mean over seeds)", xname="round")
+    images = {f"figures/{p.stem}": wandb.Image(str(p)) for p in figs["files"] if p.suffix == ".png"}
+    run.log({f"table{table}": wandb.Table(dataframe=df), **charts, **images})
     run.finish()
 
 
@@ -227,7 +253,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {e}", file=sys.stderr)
         return 2
     print((results_dir / f"table{args.table}.md").read_text())
-    print(f"written: {results_dir / f'table{args.table}.md'}, {results_dir / f'table{args.table}.csv'} ({len(df)} cells)")
+    print(f"report: {results_dir / f'table{args.table}.md'} and .csv ({len(df)} cells); "
+          f"figures: {results_dir / 'figures' / f'table{args.table}'}/")
     return 0
 
 

@@ -8,6 +8,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from benchmark import figures
 from benchmark.data import DataError
 from benchmark.results import is_complete, protocol, read_jsonl
 from ray_jobs.sweep import execute, main, plan
@@ -72,3 +73,32 @@ def test_rerun_runs_nothing_and_a_deleted_summary_reruns_exactly_that_run(smoke,
     # a complete run of another protocol in the same folder does not count
     assert is_complete(Path(runs[0].out), protocol(runs[0]))
     assert not is_complete(Path(runs[0].out), {**protocol(runs[0]), "local_epochs": 10})
+
+
+def test_report_links_its_figures_and_make_figures_redraws_them(smoke):
+    md = (smoke / "table2.md").read_text()
+    fig_dir = smoke / "figures" / "table2"
+    expected = ["bars.png", "bars.svg", "curves.png", "curves.svg"]
+    assert sorted(p.name for p in fig_dir.iterdir()) == expected
+    for name in ("curves.png", "bars.png", "curves.svg", "bars.svg"):
+        assert f"(figures/table2/{name})" in md
+    before = {p.name: p.stat().st_mtime_ns for p in fig_dir.iterdir()}
+    for p in fig_dir.iterdir():
+        p.unlink()
+    assert figures.main(["all", str(smoke)]) == 0  # `make figures`: from the run folders, no training
+    assert sorted(p.name for p in fig_dir.iterdir()) == expected and all(p.stat().st_size > 5000 for p in fig_dir.iterdir())
+    assert set(before) == set(expected)
+
+
+def test_sweep_report_run_holds_the_table_and_the_avg_chart(smoke):
+    run_dir = next((smoke / "wandb").glob("offline-run-*"))
+    media = run_dir / "files" / "media"
+    report = json.loads(next(media.glob("table/table2_*.table.json")).read_text())
+    assert len(report["data"]) == len(pd.read_csv(smoke / "table2.csv"))
+    assert len(list(media.glob("images/figures/*.png"))) == 2
+    chart = json.loads(next(media.glob("table/avg_per_round/office_caltech_table_*.table.json")).read_text())
+    rows = pd.DataFrame(chart["data"], columns=chart["columns"])
+    assert set(rows.lineKey) == set(METHODS)
+    for m in METHODS:
+        metrics = read_jsonl(smoke / "runs" / f"{m}-office_caltech-default-seed0" / "metrics.jsonl")
+        assert rows[rows.lineKey == m].sort_values("step").lineVal.tolist() == pytest.approx([r["accuracy"]["AVG"] for r in metrics])

@@ -1,0 +1,340 @@
+"""Figures from run folders: accuracy over rounds, per-domain bars beside the paper, t-SNE feature maps.
+
+Every plotting function reads run folders (config.json, metrics.jsonl, summary.json,
+model.pt), writes PNG (and SVG) files and returns the numbers it plotted, so they
+can be checked against the runs. Drawing uses matplotlib's object API on the Agg
+canvas: headless, no pyplot state, safe from the sweep's threads.
+
+    python -m benchmark.figures tsne RUN_DIR [RUN_DIR ...] [--out FILE.png] [--per-domain N]
+    python -m benchmark.figures all [RESULTS_DIR ...]   # `make figures`: redraw every figure, no training
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.figure import Figure
+from matplotlib.ticker import MaxNLocator
+
+from benchmark import paper
+from benchmark.data import DataError, eval_subset, load_domain, resolve_data_root, to_tensor_images
+from benchmark.results import MODEL_FILE, read_jsonl
+
+FORMATS = ("png", "svg")
+DEMO_RUNS = ("demo-fedavg-office_caltech", "demo-fpl-office_caltech")
+MARKERS = "osD^vP*X"
+
+
+class FigureError(RuntimeError):
+    """A figure cannot be drawn from the given run folders; the message says why."""
+
+
+def _config(run_dir: Path) -> dict:
+    try:
+        return json.loads((Path(run_dir) / "config.json").read_text())
+    except (OSError, ValueError) as e:
+        raise FigureError(f"{run_dir} is not a run folder (no readable config.json: {e}).") from None
+
+
+def _save(fig: Figure, stem: Path, formats=FORMATS) -> list[Path]:
+    stem = Path(stem)
+    stem.parent.mkdir(parents=True, exist_ok=True)
+    FigureCanvasAgg(fig)
+    paths = []
+    for fmt in formats:
+        path = stem.with_name(f"{stem.name}.{fmt}")
+        tmp = path.with_name(f".{path.name}.tmp")
+        fig.savefig(tmp, format=fmt, dpi=100, bbox_inches="tight")
+        tmp.replace(path)  # never a half-written figure
+        paths.append(path)
+    return paths
+
+
+def _colors(methods: list[str]) -> dict[str, tuple]:
+    from matplotlib import colormaps
+
+    cmap = colormaps["tab10" if len(methods) <= 10 else "tab20"]
+    return {m: cmap(i) for i, m in enumerate(methods)}
+
+
+def _panel_domains(domains) -> list[str]:
+    """AVG first, then the domains in the order the runs report them."""
+    domains = list(dict.fromkeys(domains))
+    return ["AVG", *[d for d in domains if d != "AVG"]]
+
+
+# --------------------------------------------------------------------------- accuracy over rounds
+
+def load_rounds(run_dirs) -> pd.DataFrame:
+    """One row per (run, round, domain): method, dataset, seed, round (1-based), accuracy (%)."""
+    rows = []
+    for run_dir in run_dirs:
+        cfg = _config(run_dir)
+        for rec in read_jsonl(Path(run_dir) / "metrics.jsonl"):
+            for dom, acc in rec["accuracy"].items():
+                rows.append({"run": cfg["run_name"], "method": cfg["method"], "dataset": cfg["dataset"],
+                             "seed": cfg["seed"], "round": rec["round"] + 1, "domain": dom, "accuracy": acc})
+    if not rows:
+        raise FigureError(f"no round recorded in {', '.join(str(d) for d in run_dirs)}.")
+    return pd.DataFrame(rows)
+
+
+def curve_data(run_dirs) -> pd.DataFrame:
+    """Per dataset, method, domain and round: mean and std (over seeds) of the accuracy, and the seed count."""
+    g = load_rounds(run_dirs).groupby(["dataset", "method", "domain", "round"], sort=False)["accuracy"]
+    return g.agg(mean="mean", std="std", seeds="count").reset_index()
+
+
+def plot_curves(run_dirs, stem: Path, title: str = "", formats=FORMATS) -> pd.DataFrame:
+    """Accuracy over rounds: a row of panels per dataset (AVG, then each domain), a line per method
+    (mean over seeds) with a band of ± one std where there are several seeds. Returns `curve_data`."""
+    data = curve_data(run_dirs)
+    datasets = list(dict.fromkeys(data.dataset))
+    colors = _colors(list(dict.fromkeys(data.method)))
+    ncols = max(len(_panel_domains(data[data.dataset == ds].domain)) for ds in datasets)
+    fig = Figure(figsize=(3.2 * ncols, 2.8 * len(datasets) + 0.6), layout="constrained")
+    axes = fig.subplots(len(datasets), ncols, squeeze=False)
+    for i, ds in enumerate(datasets):
+        sub = data[data.dataset == ds]
+        doms = _panel_domains(sub.domain)
+        for j, ax in enumerate(axes[i]):
+            if j >= len(doms):
+                ax.set_axis_off()
+                continue
+            for m, c in colors.items():
+                line = sub[(sub.method == m) & (sub.domain == doms[j])]
+                if line.empty:
+                    continue
+                ax.plot(line["round"], line["mean"], color=c, marker="." if len(line) < 30 else None, label=m)
+                if (line.seeds > 1).any():
+                    ax.fill_between(line["round"], line["mean"] - line["std"], line["mean"] + line["std"], color=c, alpha=0.2)
+            ax.set_title(f"{ds}: {doms[j]}", fontsize=10)
+            ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+            ax.set_xlabel("round")
+            ax.set_ylabel("accuracy (%)")
+            ax.grid(alpha=0.3)
+    handles, labels = axes[0][0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="outside lower center", ncols=min(len(labels), 8), fontsize=9)
+    fig.suptitle(title or "accuracy of the global model over rounds (mean over seeds, band: ± std)", fontsize=11)
+    _save(fig, stem, formats)
+    return data
+
+
+# --------------------------------------------------------------------------- per-domain bars
+
+def bar_data(run_dirs, reference: dict | None) -> pd.DataFrame:
+    """Per dataset, method and domain: our last-5-round accuracy (mean, std over seeds, seed count) from
+    the runs' summary.json and the paper's value from `reference` (a table of benchmark.paper; NaN where none)."""
+    rows = []
+    for run_dir in run_dirs:
+        try:
+            s = json.loads((Path(run_dir) / "summary.json").read_text())
+        except (OSError, ValueError):
+            raise FigureError(f"{run_dir} has no summary.json: the run is not complete; finish it first.") from None
+        for dom, acc in s["last5"].items():
+            rows.append({"dataset": s["dataset"], "method": s["method"], "domain": dom, "seed": s["seed"], "acc": acc,
+                         "domains": tuple(s["domains"])})
+    df = pd.DataFrame(rows)
+    out = df.groupby(["dataset", "method", "domain"], sort=False).agg(
+        ours=("acc", "mean"), std=("acc", "std"), seeds=("acc", "count"), domains=("domains", "first")).reset_index()
+    refs = [paper.reference(reference or {}, r.method, r.dataset, list(r.domains)) for r in out.itertuples()]
+    out["paper"] = [np.nan if ref is None else ref[r.domain] for ref, r in zip(refs, out.itertuples())]
+    return out.drop(columns="domains")
+
+
+def plot_bars(run_dirs, reference: dict | None, stem: Path, title: str = "", formats=FORMATS) -> pd.DataFrame:
+    """Per-domain bars: a panel per dataset and domain (AVG first), per method our last-5 accuracy
+    (error bar: std over seeds) beside the paper's (hatched). Returns `bar_data`."""
+    data = bar_data(run_dirs, reference)
+    datasets = list(dict.fromkeys(data.dataset))
+    methods = list(dict.fromkeys(data.method))
+    colors = _colors(methods)
+    ncols = max(len(_panel_domains(data[data.dataset == ds].domain)) for ds in datasets)
+    fig = Figure(figsize=(max(3.2, 0.45 * len(methods) + 1) * ncols, 3.2 * len(datasets) + 0.6), layout="constrained")
+    axes = fig.subplots(len(datasets), ncols, squeeze=False)
+    for i, ds in enumerate(datasets):
+        sub = data[data.dataset == ds].set_index(["method", "domain"])
+        doms = _panel_domains(data[data.dataset == ds].domain)
+        ms = [m for m in methods if (m, "AVG") in sub.index]
+        x = np.arange(len(ms))
+        for j, ax in enumerate(axes[i]):
+            if j >= len(doms):
+                ax.set_axis_off()
+                continue
+            cells = sub.loc[[(m, doms[j]) for m in ms]]
+            ax.bar(x - 0.2, cells["ours"], 0.4, yerr=cells["std"].fillna(0), color=[colors[m] for m in ms],
+                   capsize=2, label="ours")
+            ax.bar(x + 0.2, cells["paper"].fillna(0), 0.4, color=[colors[m] for m in ms], alpha=0.35, hatch="//",
+                   edgecolor="grey", label="paper")
+            ax.set_xticks(x, ms, rotation=45, ha="right", fontsize=8)
+            ax.set_title(f"{ds}: {doms[j]}", fontsize=10)
+            ax.set_ylabel("accuracy (%)")
+            ax.set_ylim(0, 100)
+            ax.grid(axis="y", alpha=0.3)
+    axes[0][0].legend(fontsize=8, loc="upper left")
+    fig.suptitle(title or "last-5-round accuracy: ours (solid, ± std over seeds) beside the paper (hatched)", fontsize=11)
+    _save(fig, stem, formats)
+    return data
+
+
+# --------------------------------------------------------------------------- t-SNE feature maps
+
+def load_model(run_dir: Path):
+    """The run's final global model (model.pt, float16) as a float32 ResNet-10 in eval mode."""
+    import torch
+
+    from lightning_modules.resnet import ResNet10
+
+    path = Path(run_dir) / MODEL_FILE
+    if not path.is_file():
+        raise FigureError(f"{run_dir} has no {MODEL_FILE}: only a run that finished (with this version) saves its "
+                          "final model; run it again to draw its feature map.")
+    model = ResNet10(10)
+    state = torch.load(path, map_location="cpu", weights_only=True)
+    model.load_state_dict({k: v.float() if v.is_floating_point() else v for k, v in state.items()})
+    return model.eval()
+
+
+def test_features(run_dir: Path, per_domain: int, data_root: str | None = None) -> pd.DataFrame:
+    """Features of the final global model on the run's test sets (the same subset the run evaluated,
+    at most `per_domain` images per domain, a fixed seed-0 pick): columns domain, label, f0..f511."""
+    import torch
+
+    from benchmark.transforms import normalize
+
+    cfg, model = _config(run_dir), load_model(run_dir)
+    root = resolve_data_root(data_root or cfg.get("data_root"))
+    parts = []
+    for dom in cfg["domains"]:
+        d = load_domain(root, cfg["dataset"], dom, need_train=False)
+        keep = eval_subset(len(d.test_y), cfg.get("eval_max"))
+        keep = keep[eval_subset(len(keep), per_domain)]
+        with torch.no_grad():
+            x = to_tensor_images(d.test_x[keep])
+            z = torch.cat([model.features(normalize(x[i : i + 500])) for i in range(0, len(x), 500)]).numpy()
+        part = pd.DataFrame(z, columns=[f"f{i}" for i in range(z.shape[1])])
+        part.insert(0, "label", d.test_y[keep])
+        part.insert(0, "domain", dom)
+        parts.append(part)
+    return pd.concat(parts, ignore_index=True)
+
+
+def plot_tsne(run_dirs, stem: Path, per_domain: int = 300, data_root: str | None = None,
+              formats=FORMATS) -> dict[str, pd.DataFrame]:
+    """t-SNE (scikit-learn, seed 0) of each run's test features, a panel per run side by side, coloured by
+    class and marked by domain. Returns {run name: DataFrame(domain, label, x, y)}."""
+    from matplotlib import colormaps
+    from matplotlib.lines import Line2D
+    from sklearn.manifold import TSNE
+
+    maps = {}
+    for run_dir in run_dirs:
+        feats = test_features(run_dir, per_domain, data_root)
+        z = feats.filter(regex=r"^f\d+$").to_numpy()
+        xy = TSNE(2, perplexity=min(30.0, (len(z) - 1) / 3), init="pca", random_state=0).fit_transform(z)
+        maps[_config(run_dir)["run_name"]] = feats[["domain", "label"]].assign(x=xy[:, 0], y=xy[:, 1])
+    fig = Figure(figsize=(5 * len(maps) + 1.5, 5), layout="constrained")
+    axes = fig.subplots(1, len(maps), squeeze=False)[0]
+    cmap = colormaps["tab10"]
+    domains = list(dict.fromkeys(d for m in maps.values() for d in m.domain))
+    for ax, (name, m) in zip(axes, maps.items()):
+        for k, dom in enumerate(domains):
+            pts = m[m.domain == dom]
+            ax.scatter(pts.x, pts.y, c=[cmap(int(c) % 10) for c in pts.label], marker=MARKERS[k % len(MARKERS)],
+                       s=10, alpha=0.7, linewidths=0)
+        ax.set_title(name, fontsize=10)
+        ax.set_xticks([])
+        ax.set_yticks([])
+    handles = [Line2D([], [], ls="", marker="o", color=cmap(c), label=f"class {c}") for c in range(10)]
+    handles += [Line2D([], [], ls="", marker=MARKERS[k % len(MARKERS)], color="k", label=d) for k, d in enumerate(domains)]
+    fig.legend(handles=handles, loc="outside right center", fontsize=8)
+    fig.suptitle("t-SNE of the final global model's test features (colour: class, marker: domain)", fontsize=11)
+    _save(fig, stem, formats)
+    return maps
+
+
+# --------------------------------------------------------------------------- reports and regeneration
+
+RUNS_LINE = "Runs: "  # the last line of a table report (ray_jobs.sweep) lists its runs
+
+
+def table_figures(table: str, run_dirs, out_dir: Path, title: str = "") -> dict:
+    """A table report's figures in out_dir: curves.{png,svg} and bars.{png,svg} beside the paper's table.
+    Returns {"curves": curve data, "bars": bar data, "files": [paths]}."""
+    out_dir = Path(out_dir)
+    curves = plot_curves(run_dirs, out_dir / "curves", f"{title}: accuracy over rounds (mean over seeds, band: ± std)")
+    bars = plot_bars(run_dirs, paper.TABLES.get(table), out_dir / "bars",
+                     f"{title}: last-5-round accuracy, ours (solid, ± std) beside the paper (hatched)")
+    files = [out_dir / f"{n}.{f}" for n in ("curves", "bars") for f in FORMATS]
+    return {"curves": curves, "bars": bars, "files": files}
+
+
+def demo_figures(run_dirs, out_dir: Path) -> list[Path]:
+    """The demo's accuracy curves and FedAvg-vs-FPL feature map, PNG only (shown in the README)."""
+    out_dir = Path(out_dir)
+    plot_curves(run_dirs, out_dir / "curves", "make demo: FedAvg vs FPL on Office-Caltech-10", formats=("png",))
+    plot_tsne(run_dirs, out_dir / "tsne", per_domain=150, formats=("png",))
+    return [out_dir / "curves.png", out_dir / "tsne.png"]
+
+
+def regenerate(results_dirs) -> list[Path]:
+    """Redraw every table report's figures (results_dir/table<N>.md -> results_dir/figures/table<N>/) from
+    the run folders it lists, and the demo's when its run folders exist. Nothing is trained."""
+    written = []
+    for results_dir in map(Path, results_dirs):
+        for md in sorted(results_dir.glob("table*.md")):
+            table = md.stem.removeprefix("table")
+            names = [ln[len(RUNS_LINE):].split(", ") for ln in md.read_text().splitlines() if ln.startswith(RUNS_LINE)]
+            run_dirs = [results_dir / "runs" / n for n in (names[-1] if names else [])]
+            missing = [d.name for d in run_dirs if not (d / "summary.json").is_file()]
+            if not run_dirs or missing:
+                print(f"skipped {md}: {len(missing)} of {len(run_dirs)} run folders missing or incomplete "
+                      f"under {results_dir / 'runs'} (run `make {md.stem}` to make them)")
+                continue
+            head = md.read_text().splitlines()[0].lstrip("# ")
+            title = head.split(": reproduction")[0] + (", smoke profile" if "smoke profile" in head else "")
+            written += table_figures(table, run_dirs, results_dir / "figures" / md.stem, title)["files"]
+    demo = [Path("results/runs") / n for n in DEMO_RUNS]
+    if all((d / MODEL_FILE).is_file() for d in demo):
+        written += demo_figures(demo, Path("results/figures/demo"))
+    return written
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m benchmark.figures", description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    t = sub.add_parser("tsne", help="t-SNE of finished runs' test features, side by side")
+    t.add_argument("run_dirs", nargs="+", type=Path, metavar="RUN_DIR")
+    t.add_argument("--out", type=Path, default=None,
+                   help="PNG path (an SVG is written beside it); default RUN_DIR/tsne.png, or tsne-A-vs-B.png beside the runs")
+    t.add_argument("--per-domain", type=int, default=300, help="test images per domain (of those the run evaluated)")
+    t.add_argument("--data-root", default=None, help="default: the run's data root, else the usual lookup")
+    a = sub.add_parser("all", help="redraw every figure from existing run folders (make figures)")
+    a.add_argument("results_dirs", nargs="*", type=Path, default=[Path("results"), Path("results/smoke")])
+    args = ap.parse_args(argv)
+    try:
+        if args.cmd == "tsne":
+            if args.per_domain < 2:
+                raise FigureError(f"--per-domain must be at least 2 (got {args.per_domain}).")
+            names = [d.name for d in args.run_dirs]
+            out = args.out or (args.run_dirs[0] / "tsne.png" if len(names) == 1
+                               else args.run_dirs[0].parent / f"tsne-{'-vs-'.join(names)}.png")
+            plot_tsne(args.run_dirs, out.with_suffix(""), args.per_domain, args.data_root)
+            print(f"written: {out}, {out.with_suffix('.svg')}")
+        else:
+            files = regenerate(args.results_dirs)
+            print(f"written {len(files)} figure files" + "".join(f"\n  {f}" for f in files))
+    except (FigureError, DataError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

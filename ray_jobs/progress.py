@@ -1,0 +1,98 @@
+"""Console progress of a run (rounds) and of a sweep (runs).
+
+When the stream is a terminal: a tqdm bar with the latest numbers and the time
+left. Otherwise (CI, `ray job submit` logs, a file): one plain line per event,
+with the same numbers and the time left, so logs stay readable.
+"""
+from __future__ import annotations
+
+import sys
+import threading
+import time
+
+from tqdm import tqdm
+
+BAR_FORMAT = "{desc} {n_fmt}/{total_fmt} {unit} |{bar}| {elapsed} elapsed, ETA {remaining}{postfix}"
+
+
+def _eta(elapsed: float, finished: int, total: int) -> str:
+    if not finished:
+        return "?"
+    return tqdm.format_interval(elapsed / finished * (total - finished))
+
+
+class RunProgress:
+    """Rounds of one run: `update(record)` after each round (a metrics.jsonl record)."""
+
+    def __init__(self, name: str, rounds: int, stream=None):
+        self.name, self.rounds, self.done, self.t0 = name, rounds, 0, time.monotonic()
+        self.stream = stream or sys.stdout
+        self.bar = (tqdm(total=rounds, desc=name, unit="rounds", file=self.stream, bar_format=BAR_FORMAT,
+                         dynamic_ncols=True, mininterval=0) if self.stream.isatty() else None)
+
+    def update(self, rec: dict) -> None:
+        self.done += 1
+        acc = rec["accuracy"]
+        if self.bar is not None:
+            self.bar.set_postfix_str(f"AVG {acc['AVG']:.2f}, loss {rec['train_loss']:.4f}", refresh=False)
+            self.bar.update(1)
+            return
+        doms = "  ".join(f"{d} {v:5.2f}" for d, v in acc.items())
+        eta = _eta(time.monotonic() - self.t0, self.done, self.rounds)
+        print(f"[{self.name}] round {self.done}/{self.rounds}  loss {rec['train_loss']:.4f}  {doms}  "
+              f"({rec['time_s']['round']:.1f}s, ETA {eta})", file=self.stream, flush=True)
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
+
+
+class SweepProgress:
+    """Runs of a sweep: counts done, running, failed and left, with the time left; thread-safe."""
+
+    def __init__(self, total: int, stream=None):
+        self.total, self.done, self.running, self.failed = total, 0, 0, 0
+        self.t0, self.lock = time.monotonic(), threading.Lock()
+        self.stream = stream or sys.stdout
+        self.bar = (tqdm(total=total, desc="sweep", unit="runs", file=self.stream, bar_format=BAR_FORMAT,
+                         dynamic_ncols=True, mininterval=0) if self.stream.isatty() else None)
+
+    def counts(self) -> str:
+        left = self.total - self.done - self.failed - self.running
+        eta = _eta(time.monotonic() - self.t0, self.done + self.failed, self.total)
+        return f"{self.done} done, {self.running} running, {self.failed} failed, {left} left, ETA {eta}"
+
+    def _show(self, line: str | None) -> None:
+        if self.bar is None:
+            if line:
+                print(f"[{self.counts()}] {line}", file=self.stream, flush=True)
+            return
+        if line:
+            self.bar.write(line, file=self.stream)
+        self.bar.n = self.done + self.failed
+        left = self.total - self.done - self.failed - self.running
+        self.bar.set_postfix_str(f"{self.running} running, {self.failed} failed, {left} left", refresh=False)
+        self.bar.refresh()
+
+    def started(self, name: str) -> None:
+        with self.lock:
+            self.running += 1
+            self._show(None if self.bar is not None else f"started {name}")
+
+    def finished(self, name: str, summary: dict) -> None:
+        with self.lock:
+            self.running -= 1
+            self.done += 1
+            self._show(f"{name}: AVG {summary['last5']['AVG']:.2f} ({summary['wall_time_s']:.0f}s)")
+
+    def failed_run(self, name: str, message: str) -> None:
+        with self.lock:
+            self.running -= 1
+            self.failed += 1
+            self._show(f"{name} FAILED: {message}")
+
+    def close(self) -> float:
+        """Closes the bar; returns the seconds since the start."""
+        if self.bar is not None:
+            self.bar.close()
+        return time.monotonic() - self.t0

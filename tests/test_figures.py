@@ -1,0 +1,261 @@
+"""Figures, t-SNE, progress output and the W&B run's metadata.
+
+Curves and bars are drawn from constructed run folders (two methods, two seeds,
+three rounds, written by the real Recorder without training) and must plot the
+folders' numbers; the t-SNE command, the terminal progress bar and the W&B
+offline records come from one real 2-round run.
+"""
+from __future__ import annotations
+
+import io
+import json
+import struct
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from benchmark import figures, paper
+from benchmark.config import RunConfig
+from benchmark.data import eval_subset, load_domain
+from benchmark.results import MODEL_FILE, Recorder
+from ray_jobs.progress import RunProgress, SweepProgress
+from ray_jobs.run import run
+
+DOMAINS = ["mnist", "usps", "syn"]  # digits without svhn: the paper's AVG becomes the mean of these three
+METHODS, SEEDS, ROUNDS = ["fedavg", "fpl"], [0, 1], 3
+
+
+def check_png(path: Path, min_side: int = 200, max_side: int = 4000) -> tuple[int, int]:
+    data = path.read_bytes()
+    assert data[:8] == b"\x89PNG\r\n\x1a\n" and data[12:16] == b"IHDR", f"{path} is not a PNG"
+    w, h = struct.unpack(">II", data[16:24])
+    assert min_side <= w <= max_side and min_side <= h <= max_side, (w, h)
+    assert len(data) > 5000  # something was drawn
+    return w, h
+
+
+def check_svg(path: Path) -> None:
+    assert "<svg" in path.read_text()[:2000]
+
+
+@pytest.fixture
+def constructed(tmp_path, monkeypatch):
+    """Run folders in the real format, with accuracies drawn here: {(method, seed): (run_dir, records)}."""
+    monkeypatch.setenv("WANDB_MODE", "disabled")
+    rng = np.random.default_rng(7)
+    runs = {}
+    for m in METHODS:
+        for seed in SEEDS:
+            cfg = RunConfig(method=m, dataset="digits", domains=DOMAINS, seed=seed, rounds=ROUNDS)
+            out = tmp_path / "runs" / cfg.run_name
+            record = {**cfg.to_dict(), "run_name": cfg.run_name, "dropped_domains": cfg.dropped_domains}
+            rec = Recorder(out, record, [{"id": 0, "domain": "mnist", "num_samples": 5}], {d: 10 for d in DOMAINS})
+            records = []
+            for r in range(ROUNDS):
+                acc = {d: float(rng.uniform(0, 100)) for d in DOMAINS}
+                acc["AVG"] = float(np.mean(list(acc.values())))
+                records.append({"round": r, "accuracy": acc, "train_loss": 1.0, "client_loss": {"0": 1.0},
+                                "time_s": {"round": 1.0}})
+                rec.log_round(records[-1])
+            rec.finish()
+            runs[(m, seed)] = (out, records)
+    return runs
+
+
+def test_curves_plot_the_runs_numbers(constructed, tmp_path):
+    dirs = [d for d, _ in constructed.values()]
+    data = figures.plot_curves(dirs, tmp_path / "fig" / "curves")
+    check_png(tmp_path / "fig" / "curves.png")
+    check_svg(tmp_path / "fig" / "curves.svg")
+    assert len(data) == len(METHODS) * (len(DOMAINS) + 1) * ROUNDS
+    for m in METHODS:
+        for d in DOMAINS + ["AVG"]:
+            for r in range(ROUNDS):
+                values = [constructed[(m, s)][1][r]["accuracy"][d] for s in SEEDS]
+                row = data[(data.method == m) & (data.domain == d) & (data["round"] == r + 1)].iloc[0]
+                assert row["mean"] == pytest.approx(np.mean(values))
+                assert row["std"] == pytest.approx(np.std(values, ddof=1))
+                assert row["seeds"] == 2 and row["dataset"] == "digits"
+
+
+def test_bars_plot_the_last5_means_beside_the_paper(constructed, tmp_path):
+    dirs = [d for d, _ in constructed.values()]
+    data = figures.plot_bars(dirs, paper.TABLE2, tmp_path / "bars")
+    check_png(tmp_path / "bars.png")
+    check_svg(tmp_path / "bars.svg")
+    assert len(data) == len(METHODS) * (len(DOMAINS) + 1)
+    for m in METHODS:
+        for d in DOMAINS + ["AVG"]:
+            per_seed = [np.mean([rec["accuracy"][d] for rec in constructed[(m, s)][1]]) for s in SEEDS]  # 3 rounds < 5
+            row = data[(data.method == m) & (data.domain == d)].iloc[0]
+            assert row["ours"] == pytest.approx(np.mean(per_seed))
+            assert row["std"] == pytest.approx(np.std(per_seed, ddof=1))
+            ref = np.mean([paper.TABLE2[m]["digits"][x] for x in DOMAINS]) if d == "AVG" else paper.TABLE2[m]["digits"][d]
+            assert row["paper"] == pytest.approx(ref)
+
+
+def test_regenerate_redraws_a_report_from_its_run_folders(constructed, tmp_path, capsys):
+    names = sorted(d.name for d, _ in constructed.values())
+    (tmp_path / "table1.md").write_text("# FPL Table 1: reproduction (smoke profile)\n\n" + figures.RUNS_LINE + ", ".join(names) + "\n")
+    (tmp_path / "table3.md").write_text("# FPL Table 3: reproduction\n\n" + figures.RUNS_LINE + "gone-run\n")
+    assert figures.main(["all", str(tmp_path)]) == 0
+    for name in ("curves", "bars"):
+        check_png(tmp_path / "figures" / "table1" / f"{name}.png")
+        check_svg(tmp_path / "figures" / "table1" / f"{name}.svg")
+    assert not (tmp_path / "figures" / "table3").exists()
+    out = capsys.readouterr().out
+    assert "skipped" in out and "table3.md: 1 of 1 run folders missing" in out and "written 4 figure files" in out
+
+
+def test_tsne_of_a_run_without_a_model_says_so(constructed, capsys):
+    run_dir = constructed[("fpl", 0)][0]
+    assert figures.main(["tsne", str(run_dir)]) == 2
+    assert f"{run_dir} has no {MODEL_FILE}" in capsys.readouterr().err
+
+
+class Terminal(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+def fake_round(r: int, avg: float) -> dict:
+    return {"round": r, "accuracy": {"mnist": avg, "AVG": avg}, "train_loss": 0.5, "time_s": {"round": 0.1}}
+
+
+def test_run_progress_plain_lines_when_not_a_terminal():
+    out = io.StringIO()
+    p = RunProgress("demo", 3, stream=out)
+    for r, avg in enumerate([10.0, 20.0, 30.0]):
+        p.update(fake_round(r, avg))
+    p.close()
+    lines = out.getvalue().splitlines()
+    assert len(lines) == 3 and "\r" not in out.getvalue()
+    assert lines[1].startswith("[demo] round 2/3  loss 0.5000  mnist 20.00  AVG 20.00  (0.1s, ETA ")
+    assert lines[2].endswith("ETA 00:00)")
+
+
+def test_run_progress_bar_in_a_terminal():
+    out = Terminal()
+    p = RunProgress("demo", 3, stream=out)
+    for r, avg in enumerate([10.0, 20.0]):
+        p.update(fake_round(r, avg))
+    text = out.getvalue()
+    assert "\r" in text and "[demo] round" not in text
+    last = text.split("\r")[-1]
+    assert last.startswith("demo 2/3 rounds |") and "ETA " in last and last.rstrip().endswith("AVG 20.00, loss 0.5000")
+
+
+def test_sweep_progress_counts_in_both_modes():
+    for out in (io.StringIO(), Terminal()):
+        p = SweepProgress(4, stream=out)
+        p.started("a")
+        p.started("b")
+        p.finished("a", {"last5": {"AVG": 12.5}, "wall_time_s": 3})
+        p.failed_run("b", "boom")
+        p.started("c")
+        assert p.counts().startswith("1 done, 1 running, 1 failed, 1 left, ETA ")
+        p.close()
+        text = out.getvalue()
+        assert "a: AVG 12.50 (3s)" in text and "b FAILED: boom" in text
+        if isinstance(out, Terminal):
+            assert "1 running, 1 failed, 1 left" in text.split("\r")[-2] + text.split("\r")[-1]
+        else:
+            assert "[1 done, 0 running, 1 failed, 2 left, ETA " in text  # the line written when b failed
+
+
+# --------------------------------------------------------------------------- one real run
+
+def wandb_records(run_dir: Path) -> list:
+    """The records of an offline W&B run, read from its .wandb file (W&B's LevelDB-style log of protobufs)."""
+    from wandb.proto import wandb_internal_pb2 as pb
+
+    data = next(run_dir.glob("run-*.wandb")).read_bytes()
+    assert data[:4] == b":W&B"
+    pos, block, buf, out = 7, 32768, b"", []
+    while pos + 7 <= len(data):
+        if block - pos % block < 7:  # block trailer
+            pos += block - pos % block
+            continue
+        _, length, kind = struct.unpack("<IHB", data[pos : pos + 7])
+        chunk, pos = data[pos + 7 : pos + 7 + length], pos + 7 + length
+        buf = chunk if kind in (1, 2) else buf + chunk  # full/first start a record; middle/last continue it
+        if kind in (1, 4):
+            rec = pb.Record()
+            rec.ParseFromString(buf)
+            out.append(rec)
+    return out
+
+
+@pytest.fixture(scope="module")
+def real_run(data_root, tmp_path_factory):
+    """FedAvg on Office-Caltech, 2 rounds of 1 epoch on 10% of the data, local executor, 40 test images per
+    domain, W&B offline, printing to a terminal (a stream that says it is one)."""
+    out = tmp_path_factory.mktemp("tsne") / "fedavg-office"
+    cfg = RunConfig(method="fedavg", dataset="office_caltech", rounds=2, local_epochs=1, client_fraction=0.1,
+                    eval_max=40, executor="local", num_actors=1, data_root=str(data_root), out=str(out),
+                    wandb_group="table9-test")
+    term = Terminal()
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr("sys.stdout", term)
+        summary = run(cfg)
+    return out, summary, cfg, term.getvalue()
+
+
+def test_real_run_shows_a_bar_and_saves_a_small_model(real_run):
+    out, summary, cfg, printed = real_run
+    last = printed.split("\r")[-1]
+    assert last.startswith(f"{cfg.run_name} 2/2 rounds |") and f"AVG {summary['final']['AVG']:.2f}" in last
+    state = torch.load(out / MODEL_FILE, weights_only=True)
+    assert state["classifier.weight"].dtype == torch.float16 and state["bn1.num_batches_tracked"].dtype == torch.int64
+    assert 9e6 < (out / MODEL_FILE).stat().st_size < 11e6  # 4.9 M parameters in float16
+    check_png(out / "curves.png")
+
+
+def test_tsne_command_on_a_real_run(real_run, data_root, capsys):
+    out, _, cfg, _ = real_run
+    assert figures.main(["tsne", str(out), "--per-domain", "25"]) == 0
+    assert f"written: {out / 'tsne.png'}" in capsys.readouterr().out
+    check_png(out / "tsne.png")
+    check_svg(out / "tsne.svg")
+    maps = figures.plot_tsne([out], out / "again", per_domain=25, formats=("png",))
+    assert list(maps) == [cfg.run_name]
+    m = maps[cfg.run_name]
+    for dom in cfg.domains:  # the points are the run's evaluated test images (40 at most), 25 of them per domain
+        d = load_domain(data_root, "office_caltech", dom, need_train=False)
+        keep = eval_subset(len(d.test_y), 40)
+        assert len(keep) > 25
+        assert m[m.domain == dom].label.tolist() == d.test_y[keep[eval_subset(len(keep), 25)]].tolist()
+    assert np.isfinite(m[["x", "y"]].to_numpy()).all() and m[["x", "y"]].std().min() > 0
+
+
+def test_wandb_offline_run_carries_config_tags_summary_and_figure(real_run):
+    out, summary, cfg, _ = real_run
+    run_dir = next((out / "wandb").glob("offline-run-*"))
+    records = wandb_records(run_dir)
+    info = next(r.run for r in records if r.WhichOneof("record_type") == "run")
+    config = {u.key: json.loads(u.value_json) for u in info.config.update}
+    assert (config["method"], config["dataset"], config["split"], config["seed"]) == ("fedavg", "office_caltech", "default", 0)
+    assert (config["rounds"], config["local_epochs"], config["lr"]) == (2, 1, 0.01)
+    assert set(info.tags) == {"method:fedavg", "dataset:office_caltech", "split:default", "seed:0"}  # no hyperparameters
+    assert (info.run_group, info.job_type) == ("table9-test", "train")
+    summ = {}
+    for r in records:
+        if r.WhichOneof("record_type") == "summary":
+            for u in r.summary.update:
+                summ[u.key or "/".join(u.nested_key)] = json.loads(u.value_json)
+    for d, v in summary["last5"].items():
+        assert summ[f"last5/{d}"] == pytest.approx(v)
+    assert summ["wall_time_s"] == pytest.approx(summary["wall_time_s"])
+    images = list(run_dir.glob("files/media/images/curves_*.png"))
+    assert len(images) == 1 and images[0].read_bytes() == (out / "curves.png").read_bytes()
+
+
+def test_wandb_config_and_tags_carry_method_hyperparameters():
+    from benchmark.results import wandb_config, wandb_tags
+
+    cfg = {**RunConfig(method="fpl", hparams={"tau": 0.05}).to_dict(), "run_name": "x"}
+    conf, tags = wandb_config(cfg), wandb_tags(cfg)
+    assert conf["tau"] == 0.05 and conf["upcr_target"] == "unbiased" and "hparams" not in conf
+    assert {"method:fpl", "seed:0", "tau:0.05", "cpcl:True", "upcr_target:unbiased"} <= set(tags)
