@@ -164,6 +164,8 @@ def run(cfg: RunConfig, quiet: bool = False) -> dict:
     except Exception as e:  # the run stops; the folder keeps what it has, without summary.json
         msg = str(getattr(e, "cause", None) or e).strip().splitlines()[-1] if str(e) else repr(e)
         recorder.fail(msg)
+        if cfg.executor == "ray":  # free its resources now: the traceback would keep the actors alive
+            ray.kill(driver)  # (its client actors go with it)
         raise RunError(msg) from e
     finally:
         if progress:

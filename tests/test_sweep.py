@@ -9,8 +9,10 @@ import pandas as pd
 import pytest
 
 from benchmark import figures
+from benchmark.config import RunConfig
 from benchmark.data import DataError
 from benchmark.results import is_complete, protocol, read_jsonl
+from ray_jobs.run import RunError
 from ray_jobs.sweep import execute, main, plan
 
 METHODS = ["fedavg", "fedprox", "moon", "feddyn", "fedopt", "fedproc", "fedproto", "fpl"]
@@ -102,3 +104,19 @@ def test_sweep_report_run_holds_the_table_and_the_avg_chart(smoke):
     for m in METHODS:
         metrics = read_jsonl(smoke / "runs" / f"{m}-office_caltech-default-seed0" / "metrics.jsonl")
         assert rows[rows.lineKey == m].sort_values("step").lineVal.tolist() == pytest.approx([r["accuracy"]["AVG"] for r in metrics])
+
+
+def test_a_failed_run_frees_its_actors_and_the_sweep_goes_on(ray_cluster, data_root, tmp_path, capsys):
+    """FPL with tau 0.01 stops in round 1 (non-finite loss); the next run needs the same CPUs (one run fits the
+    4-CPU test cluster at a time), so it could never start if the failed run's actors lived on."""
+    small = dict(dataset="office_caltech", rounds=2, local_epochs=1, client_fraction=0.1, eval_max=100,
+                 data_root=str(data_root))
+    runs = [RunConfig(method="fpl", hparams={"tau": 0.01}, out=str(tmp_path / "fail"), name="fail", **small),
+            RunConfig(method="fedavg", out=str(tmp_path / "ok"), name="ok", **small)]
+    with pytest.raises(RunError, match=r"^1 of 2 runs failed, no report written: fail \(non-finite loss in round 1"):
+        execute(runs, None)
+    assert (tmp_path / "ok" / "summary.json").exists() and not (tmp_path / "fail" / "summary.json").exists()
+    out = capsys.readouterr().out
+    assert "[0 done, 0 running, 1 failed, 1 left, ETA " in out and "] fail FAILED: non-finite loss in round 1" in out
+    assert "[1 done, 0 running, 1 failed, 0 left, ETA 00:00] ok: AVG " in out
+    assert "sweep: 1 runs done, 1 failed, 0 already complete" in out
