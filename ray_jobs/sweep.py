@@ -196,8 +196,8 @@ def report(table: str, profile: str, runs: list[RunConfig], results_dir: Path) -
     fig_dir = results_dir / "figures" / f"table{table}"
     figs = table_figures(table, [Path(c.out) for c in runs], fig_dir, f"{spec['title']}, {profile} profile")
     rel = f"figures/table{table}"
-    lines += [f"Figures ([SVG]({rel}/curves.svg), [SVG]({rel}/bars.svg)): accuracy over rounds per method, mean over "
-              "seeds with a ± std band; per-domain last-5 accuracy beside the paper's.", "",
+    lines += [f"Figures: accuracy over rounds per method, mean over seeds with a ± std band ([SVG]({rel}/curves.svg)); "
+              f"per-domain last-5 accuracy beside the paper's ([SVG]({rel}/bars.svg)).", "",
               f"![accuracy over rounds]({rel}/curves.png)", "", f"![per-domain accuracy beside the paper]({rel}/bars.png)", ""]
     lines += [RUNS_LINE + ", ".join(sorted({c.run_name for c in runs})), ""]
     results_dir.mkdir(parents=True, exist_ok=True)
