@@ -204,11 +204,11 @@ def report(table: str, profile: str, runs: list[RunConfig], results_dir: Path) -
     atomic_write(results_dir / f"table{table}.md", "\n".join(lines))
     df = pd.DataFrame(csv_rows)
     atomic_write(results_dir / f"table{table}.csv", df.to_csv(index=False))
-    log_wandb(table, profile, df, figs, results_dir)
+    log_wandb(table, profile, df, figs)
     return df
 
 
-def log_wandb(table: str, profile: str, df: pd.DataFrame, figs: dict, results_dir: Path) -> None:
+def log_wandb(table: str, profile: str, df: pd.DataFrame, figs: dict) -> None:
     """The sweep's report run in the sweep's group: the report as a table, a line chart of AVG per round per
     method for each dataset, and the figures."""
     mode = wandb_mode()
@@ -217,7 +217,7 @@ def log_wandb(table: str, profile: str, df: pd.DataFrame, figs: dict, results_di
     import wandb
 
     run = wandb.init(project="fedproto-bench", group=f"table{table}-{profile}", name=f"table{table}-{profile}-report",
-                     mode=mode, job_type="report", reinit="create_new", dir=str(results_dir))
+                     mode=mode, job_type="report", reinit="create_new")
     curves = figs["curves"][figs["curves"].domain == "AVG"]
     charts = {}
     for ds, sub in curves.groupby("dataset", sort=False):

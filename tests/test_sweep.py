@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import numpy as np
@@ -93,8 +94,9 @@ def test_report_links_its_figures_and_make_figures_redraws_them(smoke):
 
 
 def test_sweep_report_run_holds_the_table_and_the_avg_chart(smoke):
-    run_dir = next((smoke / "wandb").glob("offline-run-*"))
-    media = run_dir / "files" / "media"
+    # the report's W&B run goes under $WANDB_DIR (wherever the fixture put it), the runs' under their folders
+    media = next(d for root in (Path(os.environ["WANDB_DIR"]), smoke) for d in root.rglob("offline-run-*/files/media")
+                 if list(d.glob("table/table2_*.table.json")))
     report = json.loads(next(media.glob("table/table2_*.table.json")).read_text())
     assert len(report["data"]) == len(pd.read_csv(smoke / "table2.csv"))
     assert len(list(media.glob("images/figures/*.png"))) == 2
