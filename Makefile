@@ -7,7 +7,6 @@ PROFILE ?= full
 DOMAINS ?=
 EXECUTOR ?= ray
 ENGINE ?= auto
-export RAY_AUTH_MODE ?= disabled
 export RAY_USAGE_STATS_ENABLED ?= 0
 
 .PHONY: setup demo test bench data table1 table2 table3 figures clean

@@ -1,9 +1,11 @@
-"""Shared fixtures: real data from ../shared/data, one local Ray cluster per session,
-W&B offline under a temporary folder (nothing written to $HOME)."""
+"""Shared fixtures: real data from ../shared/data, one local Ray cluster per session (Ray's default
+token authentication, its token in a session file), W&B offline under a temporary folder (nothing
+written to $HOME)."""
 from __future__ import annotations
 
 import hashlib
 import os
+import secrets
 from pathlib import Path
 
 import numpy as np
@@ -14,10 +16,23 @@ from benchmark.data import DataError, resolve_data_root
 SHARED_DATA = Path(__file__).resolve().parent.parent.parent / "shared" / "data"
 
 
+def write_token(path: Path) -> str:
+    """A new Ray token (256 random bits, as `ray get-auth-token --generate` makes) in a file only we can read."""
+    token = secrets.token_hex(32)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write(token)
+    return token
+
+
 @pytest.fixture(scope="session", autouse=True)
 def isolated_env(tmp_path_factory):
-    """W&B and caches under a temp dir; Ray auth set deliberately (local test clusters: none)."""
+    """W&B, caches and the Ray token under a temp dir. Ray's authentication stays at its default (local
+    instances: token auth on); the token is read from RAY_AUTH_TOKEN_PATH, so Ray never writes
+    ~/.ray/auth_token, and a RAY_AUTH_MODE or RAY_AUTH_TOKEN from the caller's shell does not count."""
     tmp = tmp_path_factory.mktemp("env")
+    token_path = tmp / "ray_auth_token"
+    write_token(token_path)
     env = {
         "WANDB_MODE": "offline",
         "WANDB_DIR": str(tmp / "wandb"),
@@ -25,15 +40,16 @@ def isolated_env(tmp_path_factory):
         "WANDB_DATA_DIR": str(tmp / "wandb_data"),
         "WANDB_CONFIG_DIR": str(tmp / "wandb_config"),
         "WANDB_SILENT": "true",
-        "RAY_AUTH_MODE": "disabled",
+        "RAY_AUTH_TOKEN_PATH": str(token_path),
         "RAY_USAGE_STATS_ENABLED": "0",
     }
+    unset = ("RAY_ADDRESS", "RAY_AUTH_MODE", "RAY_AUTH_TOKEN", "BENCH_DATA_ROOT")
     for k in ("WANDB_DIR", "WANDB_CACHE_DIR", "WANDB_DATA_DIR", "WANDB_CONFIG_DIR"):
         Path(env[k]).mkdir(parents=True)
-    old = {k: os.environ.get(k) for k in env}
+    old = {k: os.environ.get(k) for k in (*env, *unset)}
     os.environ.update(env)
-    os.environ.pop("RAY_ADDRESS", None)
-    os.environ.pop("BENCH_DATA_ROOT", None)
+    for k in unset:
+        os.environ.pop(k, None)
     yield tmp
     for k, v in old.items():
         if v is None:
@@ -82,10 +98,9 @@ def full_digits_root(data_root, tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="session")
 def ray_cluster(isolated_env):
-    """One local Ray instance for the whole session, 4 logical CPUs, no GPUs."""
+    """One local Ray instance for the whole session, 4 logical CPUs, no GPUs, token authentication on."""
     import ray
 
-    ray.init(num_cpus=4, num_gpus=0, include_dashboard=False, logging_level="WARNING",
-             runtime_env={"env_vars": {"RAY_AUTH_MODE": "disabled"}})
+    ray.init(num_cpus=4, num_gpus=0, include_dashboard=False, logging_level="WARNING")
     yield ray
     ray.shutdown()
