@@ -119,7 +119,15 @@ def init_ray(cfg: RunConfig):
     need_gpu = cfg.driver_gpus + cfg.num_actors * cfg.gpus_per_actor
     if not ray.is_initialized():
         if address:
-            ray.init(address=address, logging_level="WARNING")
+            try:
+                ray.init(address=address, logging_level="WARNING")
+            except (ConnectionError, ray.exceptions.AuthenticationError) as e:
+                if isinstance(e, ConnectionError) and "InvalidAuthToken" not in str(e.__cause__):
+                    raise
+                raise RunError(
+                    f"the Ray cluster at {address} needs its token and this driver has none or a wrong one; set "
+                    "RAY_AUTH_MODE=token and give the cluster's token with RAY_AUTH_TOKEN_PATH=<file> (or RAY_AUTH_TOKEN)."
+                ) from None
         else:  # a local instance: logical CPUs enough for the driver and every actor
             ray.init(num_cpus=max(os.cpu_count() or 1, math.ceil(need_cpu)), logging_level="WARNING")
     have = ray.cluster_resources()

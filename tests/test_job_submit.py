@@ -1,22 +1,29 @@
-"""`ray job submit` against a real Ray head on 127.0.0.1: submit, wait for SUCCEEDED, check the files, stop the head."""
+"""Ray token authentication, for real: the session's local instance runs with it, and `ray job submit`
+to a token-protected Ray head on 127.0.0.1 succeeds with the token (the run writes its results) and is
+refused without it or with a wrong one; a driver without the token gets a one-line error."""
 from __future__ import annotations
 
 import json
 import os
+import secrets
 import shutil
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
 from benchmark.results import read_jsonl
+from conftest import write_token
 
 PROJECT = Path(__file__).resolve().parent.parent
 BIN = Path(sys.executable).parent
+REFUSED_WITHIN_S = 120  # a refused submission must fail, never hang
 
 
 def free_ports(n: int) -> list[int]:
@@ -29,35 +36,42 @@ def free_ports(n: int) -> list[int]:
     return ports
 
 
-@pytest.fixture
-def ray_head(tmp_path):
-    import tempfile
-
+@pytest.fixture(scope="module")
+def ray_head(tmp_path_factory):
+    """One Ray head for the module, started as the README says: RAY_AUTH_MODE=token and a new token in a
+    file (mode 600) named by RAY_AUTH_TOKEN_PATH. In its own process group (`ray start --block`); every port
+    explicit, so it cannot collide with the session's local Ray instance; killed with its group afterwards.
+    HOME is a fresh folder for the head and every client, so no ~/.ray/auth_token is read or written."""
+    tmp = tmp_path_factory.mktemp("head")
     temp_dir = Path(tempfile.mkdtemp(prefix="rh", dir="/tmp"))  # AF_UNIX socket paths must stay short
-    """A Ray head in its own process group (`ray start --block`); every port explicit, so it
-    cannot collide with the session's local Ray instance; killed with its group afterwards."""
+    token_path = tmp / "token"
+    token = write_token(token_path)
     names = ["port", "dashboard-port", "node-manager-port", "object-manager-port", "ray-client-server-port",
              "dashboard-agent-listen-port", "dashboard-agent-grpc-port", "runtime-env-agent-port", "metrics-export-port"]
     ports = dict(zip(names, free_ports(len(names))))
-    env = {**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ['PATH']}", "RAY_AUTH_MODE": "disabled",
-           "RAY_USAGE_STATS_ENABLED": "0"}
-    env.pop("RAY_ADDRESS", None)
+    (tmp / "home").mkdir()
+    no_auth = {k: v for k, v in os.environ.items()
+               if k not in ("RAY_ADDRESS", "RAY_AUTH_MODE", "RAY_AUTH_TOKEN", "RAY_AUTH_TOKEN_PATH")}
+    no_auth.update(PATH=f"{BIN}{os.pathsep}{os.environ['PATH']}", HOME=str(tmp / "home"), RAY_USAGE_STATS_ENABLED="0")
+    head_env = {**no_auth, "RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN_PATH": str(token_path)}
     cmd = [str(BIN / "ray"), "start", "--head", "--block", "--node-ip-address=127.0.0.1", "--num-cpus=3", "--num-gpus=0",
            "--include-dashboard=true", "--dashboard-host=127.0.0.1", f"--temp-dir={temp_dir}",
            "--min-worker-port=0", "--max-worker-port=0", *[f"--{k}={v}" for k, v in ports.items()]]
-    log = open(tmp_path / "head.log", "w")
-    proc = subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    log_path = tmp / "head.log"
+    log = open(log_path, "w")
+    proc = subprocess.Popen(cmd, env=head_env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     address = f"http://127.0.0.1:{ports['dashboard-port']}"
     deadline = time.time() + 120
     while time.time() < deadline:
-        ok = subprocess.run([str(BIN / "ray"), "job", "list", "--address", address], env=env, capture_output=True)
+        ok = subprocess.run([str(BIN / "ray"), "job", "list", "--address", address], env=head_env,
+                            capture_output=True, timeout=60)
         if ok.returncode == 0:
             break
-        assert proc.poll() is None, (tmp_path / "head.log").read_text()
+        assert proc.poll() is None, log_path.read_text()
         time.sleep(2)
     else:
-        pytest.fail("the Ray head did not come up:\n" + (tmp_path / "head.log").read_text()[-3000:])
-    yield address, env
+        pytest.fail("the Ray head did not come up:\n" + log_path.read_text()[-3000:])
+    yield SimpleNamespace(address=address, gcs=f"127.0.0.1:{ports['port']}", token=token, no_auth=no_auth)
     os.killpg(proc.pid, signal.SIGTERM)
     try:
         proc.wait(timeout=30)
@@ -67,24 +81,79 @@ def ray_head(tmp_path):
     shutil.rmtree(temp_dir, ignore_errors=True)
 
 
-def test_ray_job_submit(ray_head, data_root, tmp_path):
-    address, env = ray_head
-    out = tmp_path / "run"
-    entry = ["python", "-m", "ray_jobs.run", "--method", "fpl", "--dataset", "office_caltech", "--rounds", "2",
-             "--local-epochs", "1", "--client-fraction", "0.1", "--eval-max", "50", "--data-root", str(data_root),
-             "--out", str(out), "--quiet"]
+def entry(data_root: Path, out: Path) -> list[str]:
+    return ["python", "-m", "ray_jobs.run", "--method", "fpl", "--dataset", "office_caltech", "--rounds", "2",
+            "--local-epochs", "1", "--client-fraction", "0.1", "--eval-max", "50", "--data-root", str(data_root),
+            "--out", str(out), "--quiet"]
+
+
+def submit(head, env: dict, job_id: str, data_root: Path, out: Path, timeout: float) -> subprocess.CompletedProcess:
+    """The README's submission: `ray job submit --address http://HEAD:8265 --working-dir . -- python -m ray_jobs.run ...`."""
     job_env = {"env_vars": {k: os.environ[k] for k in os.environ if k.startswith("WANDB_")}}
+    return subprocess.run([str(BIN / "ray"), "job", "submit", "--address", head.address, "--working-dir", str(PROJECT),
+                           "--submission-id", job_id, "--runtime-env-json", json.dumps(job_env), "--",
+                           *entry(data_root, out)],
+                          env=env, capture_output=True, text=True, timeout=timeout, cwd=PROJECT)
+
+
+def test_session_instance_runs_with_token_auth(ray_cluster):
+    """Ray's default for a local ray.init(): token auth on, here with the session's token file."""
+    ray = ray_cluster
+
+    @ray.remote(num_cpus=0)
+    def auth_env():
+        return os.environ.get("RAY_AUTH_MODE"), os.environ.get("RAY_AUTH_TOKEN_PATH")
+
+    assert ray.get(auth_env.remote()) == ("token", os.environ["RAY_AUTH_TOKEN_PATH"])
+
+
+def test_submission_without_token_is_refused(ray_head, data_root, tmp_path):
+    res = submit(ray_head, ray_head.no_auth, f"fedproto-bench-no-token-{os.getpid()}", data_root, tmp_path / "run",
+                 REFUSED_WITHIN_S)
+    assert res.returncode != 0
+    assert "Unauthorized: Missing authentication token" in res.stdout + res.stderr, res.stderr[-3000:]
+    assert not (tmp_path / "run").exists()
+
+
+def test_submission_with_wrong_token_is_refused(ray_head, data_root, tmp_path):
+    env = {**ray_head.no_auth, "RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": secrets.token_hex(32)}
+    res = submit(ray_head, env, f"fedproto-bench-wrong-token-{os.getpid()}", data_root, tmp_path / "run",
+                 REFUSED_WITHIN_S)
+    assert res.returncode != 0
+    assert "Forbidden: Invalid authentication token" in res.stdout + res.stderr, res.stderr[-3000:]
+    assert not (tmp_path / "run").exists()
+
+
+def test_ray_job_submit_with_token(ray_head, data_root, tmp_path):
+    """The submitting machine gets the token through RAY_AUTH_TOKEN; the job's driver (on the head)
+    connects to the cluster with the head's token and writes the run folder."""
+    out = tmp_path / "run"
     job_id = f"fedproto-bench-test-{os.getpid()}"
-    res = subprocess.run([str(BIN / "ray"), "job", "submit", "--address", address, "--working-dir", str(PROJECT),
-                          "--submission-id", job_id,
-                          "--runtime-env-json", json.dumps(job_env), "--", *entry],
-                         env=env, capture_output=True, text=True, timeout=900, cwd=PROJECT)
+    env = {**ray_head.no_auth, "RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": ray_head.token}
+    res = submit(ray_head, env, job_id, data_root, out, 900)
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
     from ray.job_submission import JobStatus, JobSubmissionClient
 
-    assert JobSubmissionClient(address).get_job_status(job_id) == JobStatus.SUCCEEDED
+    client = JobSubmissionClient(ray_head.address, headers={"Authorization": f"Bearer {ray_head.token}"})
+    assert client.get_job_status(job_id) == JobStatus.SUCCEEDED
+    assert [j.submission_id for j in client.list_jobs()] == [job_id]  # the refused submissions left no job
     summary = json.loads((out / "summary.json").read_text())
     rounds = read_jsonl(out / "metrics.jsonl")
     assert summary["complete"] and summary["rounds"] == 2 and summary["method"] == "fpl"
     assert summary["final"] == rounds[-1]["accuracy"]
     assert [c["domain"] for c in summary["clients"]] == ["caltech"] * 3 + ["amazon"] * 2 + ["webcam"] + ["dslr"] * 4
+    files = [p for p in out.rglob("*") if p.is_file()]
+    assert any(p.parent.name == "files" for p in files)  # the W&B offline run is there too
+    assert [p for p in files if ray_head.token.encode() in p.read_bytes()] == []
+
+
+def test_driver_without_token_gets_a_one_line_error(ray_head, data_root, tmp_path):
+    """`RAY_ADDRESS=HEAD:6379 python -m ray_jobs.run` from a shell that lacks the token."""
+    env = {**ray_head.no_auth, "RAY_ADDRESS": ray_head.gcs, "PYTHONPATH": str(PROJECT)}
+    res = subprocess.run([sys.executable, *entry(data_root, tmp_path / "run")[1:]], env=env, capture_output=True,
+                         text=True, timeout=REFUSED_WITHIN_S, cwd=PROJECT)
+    assert res.returncode == 2, res.stderr[-3000:]
+    last = res.stderr.strip().splitlines()[-1]
+    assert last.startswith(f"error: the Ray cluster at {ray_head.gcs} needs its token")
+    assert "RAY_AUTH_MODE=token" in last and "RAY_AUTH_TOKEN_PATH" in last
+    assert not (tmp_path / "run").exists()  # stopped before the run folder was started
