@@ -3,6 +3,10 @@ from __future__ import annotations
 
 import json
 import os
+import secrets
+import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -122,3 +126,28 @@ def test_a_failed_run_frees_its_actors_and_the_sweep_goes_on(ray_cluster, data_r
     assert "[0 done, 0 running, 1 failed, 1 left, ETA " in out and "] fail FAILED: non-finite loss in round 1" in out
     assert "[1 done, 0 running, 1 failed, 0 left, ETA 00:00] ok: AVG " in out
     assert "sweep: 1 runs done, 1 failed, 0 already complete" in out
+
+
+def test_nothing_written_holds_a_secret(smoke, data_root, tmp_path):
+    """A fresh process (W&B reads its environment once per process) with a Ray token and a W&B API key in its
+    environment re-runs one run of a copy of the smoke sweep (local executor) and writes the report: no file it
+    leaves (config.json, metrics.jsonl, summary.json, the W&B offline runs, the report and the report's W&B run)
+    contains either secret."""
+    copy = tmp_path / "table2"
+    shutil.copytree(smoke, copy)
+    victim = copy / "runs" / "fpl-office_caltech-default-seed0"
+    (victim / "summary.json").unlink()
+    ray_token, wandb_key = secrets.token_hex(32), secrets.token_hex(20)
+    env = {**os.environ, "RAY_AUTH_TOKEN": ray_token, "WANDB_API_KEY": wandb_key, "WANDB_MODE": "offline",
+           "WANDB_DIR": str(tmp_path / "wandb"), "PYTHONPATH": str(Path(__file__).resolve().parent.parent)}
+    (tmp_path / "wandb").mkdir()
+    res = subprocess.run([sys.executable, "-m", "ray_jobs.sweep", *ARGS, "--results-dir", str(copy), "--data-root",
+                          str(data_root), "--executor", "local"], env=env, capture_output=True, text=True, timeout=900)
+    assert res.returncode == 0, res.stderr[-3000:]
+    assert "15 of 16 runs already complete; running 1" in res.stdout
+    files = [p for p in [*copy.rglob("*"), *(tmp_path / "wandb").rglob("*")] if p.is_file()]
+    assert (victim / "summary.json").exists()
+    assert len(list((victim / "wandb").glob("offline-run-*/run-*.wandb"))) == 2  # the smoke run's and the new one
+    assert any(p.suffix == ".wandb" for p in (tmp_path / "wandb").rglob("*"))  # the report's W&B run
+    for secret in (ray_token, wandb_key):
+        assert [p for p in files if secret.encode() in p.read_bytes()] == []
