@@ -38,6 +38,7 @@ class TinyNet(nn.Module):
     """A model whose step costs well under a millisecond, so loop overhead shows."""
 
     feature_dim = 16
+    num_classes = 10
 
     def __init__(self):
         super().__init__()
@@ -86,9 +87,7 @@ def timed(fns, device, repeats):
 
 
 def client_module(net_factory, device, cls=FedAvgClient):
-    m = cls()
-    m.net = net_factory()
-    return m.to(device)
+    return cls(net_factory()).to(device)
 
 
 class TrainerClient(FedAvgClient):
@@ -155,13 +154,11 @@ def engine_throughput(device, method: str, clients: int, n: int, epochs: int, re
     torch.manual_seed(0)
     data = [(torch.randint(0, 256, (n, 3, 32, 32), dtype=torch.uint8, device=device),
              torch.randint(0, 10, (n,), device=device)) for _ in range(clients)]
-    module = spec.client(num_classes=10, **spec.defaults).to(device)
+    module = spec.client(ResNet10(10), spec.defaults).to(device)
     start = {k: v.clone() for k, v in ResNet10().state_dict().items()}
 
     def start_client(i):
-        module.net.load_state_dict(start)
-        module.load_client_state(None)
-        module.start_round(0, {}, start)
+        module.start_round(0, None, start, client_state=None)
 
     def sequential():
         for i, (x, y) in enumerate(data):

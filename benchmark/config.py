@@ -1,11 +1,15 @@
-"""Run configuration: one dataclass, the paper's protocol as defaults, named presets."""
+"""Run configuration: one frozen dataclass, the paper's protocol as defaults, named presets.
+
+`RunConfig` goes as it is to the driver and to every client group (Ray pickles it);
+what a dataset fixes (classes, model, image size) is its `DatasetSpec`.
+"""
 from __future__ import annotations
 
 import dataclasses
 import json
 from dataclasses import dataclass, field
 
-from benchmark.data import DATASETS
+from benchmark.data import DATASETS, IMAGE_SIZE
 
 ENGINES = ("auto", "sequential", "fused")  # client training engines (ray_jobs.clients)
 PRECISIONS = ("32-true", "bf16-mixed")  # Lightning's precision names (lightning_modules.base.precision_context)
@@ -25,11 +29,26 @@ DEFAULT_SPLIT = {"digits": "code", "office_caltech": "default"}
 CLIENT_PCT = {"digits": 0.01, "office_caltech": 0.2}
 
 
+@dataclass(frozen=True)
+class DatasetSpec:
+    """What a dataset's protocol fixes besides its domains and splits."""
+
+    num_classes: int
+    model: str  # a name in lightning_modules.resnet.MODELS
+    image_size: int  # images are resized to image_size x image_size at load time
+
+
+DATASET_SPECS: dict[str, DatasetSpec] = {
+    "digits": DatasetSpec(num_classes=10, model="resnet10", image_size=IMAGE_SIZE),
+    "office_caltech": DatasetSpec(num_classes=10, model="resnet10", image_size=IMAGE_SIZE),
+}
+
+
 class ConfigError(ValueError):
     """A configuration value is unknown or impossible."""
 
 
-@dataclass
+@dataclass(frozen=True)
 class RunConfig:
     method: str = "fpl"
     dataset: str = "digits"
@@ -42,7 +61,7 @@ class RunConfig:
     lr: float = 0.01
     momentum: float = 0.9
     weight_decay: float = 1e-5
-    hparams: dict = field(default_factory=dict)  # method hyperparameters (defaults from the method)
+    hparams: dict = field(default_factory=dict)  # the method's hyperparameters (defaults from the registry)
     client_fraction: float = 1.0  # scales every client's sample count (small settings)
     eval_max: int | None = None  # caps each domain's test set (small settings)
     executor: str = "ray"
@@ -67,19 +86,20 @@ class RunConfig:
             raise ConfigError(f"unknown method {self.method!r}; choose one of: {', '.join(sorted(METHODS))}.")
         if self.dataset not in DATASETS:
             raise ConfigError(f"unknown dataset {self.dataset!r}; choose one of: {', '.join(DATASETS)}.")
+        set_ = lambda name, value: object.__setattr__(self, name, value)  # noqa: E731 (frozen)
         if self.split is None:
-            self.split = DEFAULT_SPLIT[self.dataset]
+            set_("split", DEFAULT_SPLIT[self.dataset])
         if self.split not in SPLITS[self.dataset]:
             raise ConfigError(
                 f"unknown split {self.split!r} for {self.dataset}; choose one of: {', '.join(SPLITS[self.dataset])}."
             )
         all_domains = list(DATASETS[self.dataset])
         if self.domains is None:
-            self.domains = all_domains
+            set_("domains", all_domains)
         unknown = [d for d in self.domains if d not in all_domains]
         if unknown or not self.domains:
             raise ConfigError(f"unknown domain(s) {unknown} for {self.dataset}; choose from: {', '.join(all_domains)}.")
-        self.domains = [d for d in all_domains if d in self.domains]  # canonical order
+        set_("domains", [d for d in all_domains if d in self.domains])  # canonical order
         if self.rounds < 1:
             raise ConfigError(f"rounds must be at least 1 (got {self.rounds}).")
         if self.local_epochs < 1:
@@ -101,8 +121,12 @@ class RunConfig:
         if unknown_hp:
             known = ", ".join(sorted(spec.defaults)) or "none"
             raise ConfigError(f"unknown hyperparameter(s) {unknown_hp} for {self.method}; it takes: {known}.")
-        self.hparams = {**spec.defaults, **self.hparams}
+        set_("hparams", {**spec.defaults, **self.hparams})
         spec.validate(self.hparams)
+
+    @property
+    def dataset_spec(self) -> DatasetSpec:
+        return DATASET_SPECS[self.dataset]
 
     @property
     def clients_per_domain(self) -> dict[str, int]:

@@ -1,21 +1,23 @@
-"""The method registry: a method is one client LightningModule and one server rule, by name.
+"""The method registry: a name -> one client LightningModule and one server rule (both in
+`lightning_modules/<method>.py`), the defaults of its hyperparameters, their check, a description.
 
 Hyperparameter defaults are PROTOCOL.md's; each is overridable on the command line
-(`--hp name=value`) and recorded in config.json. The FPL ablations of the paper
-are named variants of FPL (same client module and server rule, other switches).
+(`--hp name=value`), reaches the client module and the server rule as `hparams`, and is
+recorded in config.json. The FPL ablations of the paper are named variants of FPL (same
+client module and server rule, other switches). "dev. N" is README's deviation N.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from typing import Callable
 
-from benchmark import server
-from lightning_modules.fedavg import FedAvgClient
-from lightning_modules.feddyn import FedDynClient
-from lightning_modules.fedproc import FedProcClient
+from lightning_modules.fedavg import FedAvgClient, FedAvgServer
+from lightning_modules.feddyn import FedDynClient, FedDynServer
+from lightning_modules.fedopt import FedOptServer
+from lightning_modules.fedproc import FedProcClient, FedProcServer
 from lightning_modules.fedprox import FedProxClient
-from lightning_modules.fedproto import FedProtoClient
-from lightning_modules.fpl import FPLClient
+from lightning_modules.fedproto import FedProtoClient, FedProtoServer
+from lightning_modules.fpl import FPLClient, FPLServer
 from lightning_modules.moon import MOONClient
 
 
@@ -53,10 +55,10 @@ def _check_fpl(hp):
 @dataclass(frozen=True)
 class Method:
     name: str
-    client: type
-    server: type
-    defaults: dict = field(default_factory=dict)
-    validate: Callable[[dict], None] = lambda hp: None
+    client: type  # a ClientModule subclass
+    server: type  # a ServerRule subclass
+    defaults: dict = field(default_factory=dict)  # the method's hyperparameters (hparams) and their defaults
+    validate: Callable[[dict], None] = lambda hparams: None  # raises HyperparameterError naming a bad value
     description: str = ""
 
 
@@ -68,26 +70,74 @@ def register(method: Method) -> Method:
     return method
 
 
-FPL_DEFAULTS = {"tau": 0.02, "cpcl": True, "upcr": True, "upcr_target": "unbiased", "cpcl_protos": "cluster"}
+register(Method(
+    name="fedavg", client=FedAvgClient, server=FedAvgServer,
+    description="weighted FedAvg",
+))
+register(Method(
+    name="fedprox", client=FedProxClient, server=FedAvgServer,
+    defaults=dict(
+        mu=0.01,  # weight of (mu/2)||w - w_global||^2 (dev. 8: as stated, not the official code's 5e-5)
+    ),
+    validate=_positive("mu"), description="FedProx, mu 0.01",
+))
+register(Method(
+    name="moon", client=MOONClient, server=FedAvgServer,
+    defaults=dict(
+        mu=5.0,  # weight of the model-contrastive term
+        temperature=0.5,  # of the cosine similarities (dev. 12: frozen models in eval mode)
+    ),
+    validate=_positive("mu", "temperature"), description="MOON",
+))
+register(Method(
+    name="feddyn", client=FedDynClient, server=FedDynServer,
+    defaults=dict(
+        alpha=0.01,  # dynamic regulariser weight, client and server (dev. 9: the real algorithm)
+    ),
+    validate=_positive("alpha"), description="FedDyn",
+))
+register(Method(
+    name="fedopt", client=FedAvgClient, server=FedOptServer,
+    defaults=dict(
+        server_lr=0.5,  # server SGD learning rate on the pseudo-gradient (dev. 10)
+        server_momentum=0.9,  # server SGD momentum
+    ),
+    validate=_check_fedopt, description="FedOpt (server SGD with momentum)",
+))
+register(Method(
+    name="fedproc", client=FedProcClient, server=FedProcServer,
+    defaults=dict(
+        temperature=1.0,  # of the prototype InfoNCE (dev. 11: round 0 trains CE alone)
+    ),
+    validate=_positive("temperature"), description="FedProc",
+))
+register(Method(
+    name="fedproto", client=FedProtoClient, server=FedProtoServer,
+    defaults=dict(
+        mu=2.0,  # weight of the MSE to the global prototype of the sample's class
+    ),
+    validate=_positive("mu"), description="FedProto with parameter averaging",
+))
 
-register(Method("fedavg", FedAvgClient, server.ServerRule, description="weighted FedAvg"))
-register(Method("fedprox", FedProxClient, server.ServerRule, {"mu": 0.01}, _positive("mu"), "FedProx, mu 0.01"))
-register(Method("moon", MOONClient, server.ServerRule, {"mu": 5.0, "temperature": 0.5}, _positive("mu", "temperature"), "MOON"))
-register(Method("feddyn", FedDynClient, server.FedDynServer, {"alpha": 0.01}, _positive("alpha"), "FedDyn"))
-register(Method("fedopt", FedAvgClient, server.FedOptServer, {"server_lr": 0.5, "server_momentum": 0.9},
-                _check_fedopt, "FedOpt (server SGD with momentum)"))
-register(Method("fedproc", FedProcClient, server.FedProcServer, {"temperature": 1.0}, _positive("temperature"), "FedProc"))
-register(Method("fedproto", FedProtoClient, server.MeanPrototypeServer, {"mu": 2.0}, _positive("mu"),
-                "FedProto with parameter averaging"))
-register(Method("fpl", FPLClient, server.FPLServer, FPL_DEFAULTS, _check_fpl, "FPL: CPCL + UPCR"))
-# FPL ablations (Table 1, Table 3, Fig. 5)
-register(Method("fpl_cpcl_only", FPLClient, server.FPLServer, {**FPL_DEFAULTS, "upcr": False}, _check_fpl,
-                "Table 1: CPCL only"))
-register(Method("fpl_upcr_only", FPLClient, server.FPLServer, {**FPL_DEFAULTS, "cpcl": False}, _check_fpl,
-                "Table 1 / Table 3 U: UPCR only"))
-register(Method("fpl_upcr_global", FPLClient, server.FPLServer, {**FPL_DEFAULTS, "cpcl": False, "upcr_target": "global"},
-                _check_fpl, "Table 3 G: consistency to the global (mean) prototypes"))
-register(Method("fpl_cpcl_global", FPLClient, server.FPLServer, {**FPL_DEFAULTS, "upcr": False, "cpcl_protos": "global"},
-                _check_fpl, "Fig. 5: CPCL against global instead of cluster prototypes"))
+FPL_DEFAULTS = dict(
+    tau=0.02,  # CPCL temperature (dev. 5: tau = 0.01 overflows and stops the run, as in Fig. 4)
+    cpcl=True,  # Table 1: the cluster prototype contrastive term on/off
+    upcr=True,  # Table 1: the unbiased prototype consistency term on/off
+    upcr_target="unbiased",  # Table 3: UPCR towards the unbiased (U) or the plain mean "global" (G) prototypes (dev. 13)
+    cpcl_protos="cluster",  # Fig. 5: CPCL against the FINCH cluster (dev. 6) or the "global" mean prototypes
+)
+
+
+def fpl_variant(name: str, description: str, **switches) -> Method:
+    """FPL with some of its switches changed: the paper's ablations."""
+    return register(Method(name=name, client=FPLClient, server=FPLServer, defaults={**FPL_DEFAULTS, **switches},
+                           validate=_check_fpl, description=description))
+
+
+fpl_variant("fpl", "FPL: CPCL + UPCR")
+fpl_variant("fpl_cpcl_only", "Table 1: CPCL only", upcr=False)
+fpl_variant("fpl_upcr_only", "Table 1 / Table 3 U: UPCR only", cpcl=False)
+fpl_variant("fpl_upcr_global", "Table 3 G: consistency to the global (mean) prototypes", cpcl=False, upcr_target="global")
+fpl_variant("fpl_cpcl_global", "Fig. 5: CPCL against global instead of cluster prototypes", upcr=False, cpcl_protos="global")
 
 TABLE2_METHODS = ["fedavg", "fedprox", "moon", "feddyn", "fedopt", "fedproc", "fedproto", "fpl"]

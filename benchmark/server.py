@@ -1,15 +1,18 @@
-"""Server-side rules: how the global model and the method's payload are made each round.
+"""The server side shared by every method: float64 partial sums of client weights, and the rule interface.
 
-A rule gets the sample-weighted mean of the client state_dicts (computed in
-float64 from the partial sums of the client actors) and the clients' local
-prototypes, and returns the next global state_dict and the payload sent to the
-clients with it.
+Each client group returns `accumulate`d sample-weighted sums of its clients'
+state_dicts; the driver adds them (`add_sums`) and divides by the total weight
+(`weighted_mean`); the method's `ServerRule` turns that mean into the next
+global state_dict (`aggregate`) and builds what the clients get with it
+(`payload`). The rules themselves live with their client modules, one file per
+method under `lightning_modules/`.
 """
 from __future__ import annotations
 
-import torch
+import dataclasses
+from abc import ABC, abstractmethod
 
-from benchmark.prototypes import cluster_prototypes, mean_prototypes
+import torch
 
 State = dict[str, torch.Tensor]
 
@@ -23,18 +26,18 @@ def accumulate(acc: State | None, state: State, weight: float) -> State:
     return acc
 
 
-def weighted_sum(states: list[State], weights: list[float]) -> State:
-    """sum_i w_i * state_i, in float64."""
-    acc = None
-    for state, w in zip(states, weights):
-        acc = accumulate(acc, state, w)
-    return acc
-
-
 def add_sums(a: State | None, b: State) -> State:
     if a is None:
         return b
     return {k: a[k] + b[k] for k in a}
+
+
+def weighted_mean(sums: list[State], weights: list[float]) -> State:
+    """The sample-weighted mean (float64) from partial sums and the total weight behind each."""
+    total, acc = float(sum(weights)), None
+    for s in sums:
+        acc = add_sums(acc, s)
+    return {k: v / total for k, v in acc.items()}
 
 
 def cast_like(state64: State, like: State) -> State:
@@ -46,90 +49,43 @@ def cast_like(state64: State, like: State) -> State:
     return out
 
 
-def fedavg(states: list[State], weights: list[float]) -> State:
-    """Weighted FedAvg of whole state_dicts, BatchNorm buffers included."""
-    total = float(sum(weights))
-    mean = {k: v / total for k, v in weighted_sum(states, weights).items()}
-    return cast_like(mean, states[0])
+@dataclasses.dataclass(frozen=True)
+class RoundPayload:
+    """Base of the per-method round state sent with the global weights (a frozen dataclass of tensors)."""
+
+    def to(self, device, dtype: torch.dtype | None = None) -> RoundPayload:
+        """A copy with every tensor field on `device`, the floating ones in `dtype` when given."""
+        def move(t: torch.Tensor) -> torch.Tensor:
+            return t.to(device, dtype) if dtype is not None and t.is_floating_point() else t.to(device)
+
+        moved = {f.name: move(getattr(self, f.name)) for f in dataclasses.fields(self) if torch.is_tensor(getattr(self, f.name))}
+        return dataclasses.replace(self, **moved)
 
 
-class ServerRule:
-    """FedAvg: the global model is the sample-weighted mean; no payload."""
+class ServerRule(ABC):
+    """How one method's server makes the next global model and the clients' round state.
 
-    def __init__(self, hp: dict, num_classes: int, dim: int, rounds: int, param_keys: list[str]):
-        self.hp, self.num_classes, self.dim, self.rounds = hp, num_classes, dim, rounds
+    One instance lives in the driver for the whole run, so a rule may keep state
+    across rounds (FedOpt's momentum, FedDyn's h).
+    """
+
+    def __init__(self, hparams: dict, num_classes: int, feature_dim: int, rounds: int, param_keys: list[str]):
+        self.hparams = hparams  # the method's hyperparameters (RunConfig.hparams)
+        self.num_classes, self.feature_dim, self.rounds = num_classes, feature_dim, rounds
         self.param_keys = param_keys  # keys of trainable parameters (not buffers)
 
+    @abstractmethod
     def aggregate(self, global_state: State, mean64: State, round_idx: int) -> State:
-        return cast_like(mean64, global_state)
+        """The next global state_dict (dtypes of `global_state`) from the current one and the float64
+        sample-weighted mean of the clients' trained state_dicts of round `round_idx`."""
 
-    def payload(self, client_protos: dict, round_idx: int) -> dict:
-        """What the clients get with the weights of round round_idx + 1."""
-        return {}
+    @abstractmethod
+    def payload(self, client_protos: dict[int, dict[int, torch.Tensor]], round_idx: int) -> RoundPayload | None:
+        """The round state sent with the next global weights, from the clients' local prototypes
+        (client id -> class -> feature mean) of round `round_idx`.
 
-
-class FedOptServer(ServerRule):
-    """Server SGD with momentum on the pseudo-gradient w_global - mean(w_clients) (parameters);
-    buffers take the mean."""
-
-    def __init__(self, *args, **kwargs):
-        super().__init__(*args, **kwargs)
-        self.momentum_buf: State = {}
-
-    def aggregate(self, global_state, mean64, round_idx):
-        new = dict(mean64)
-        for k in self.param_keys:
-            grad = global_state[k].to(torch.float64) - mean64[k]
-            buf = self.momentum_buf.get(k)
-            buf = grad if buf is None else self.hp["server_momentum"] * buf + grad
-            self.momentum_buf[k] = buf
-            new[k] = global_state[k].to(torch.float64) - self.hp["server_lr"] * buf
-        return cast_like(new, global_state)
-
-
-class FedDynServer(ServerRule):
-    """FedDyn (Acar et al. 2021): h <- h - alpha * mean(w_k - w_global); w <- mean(w_k) - h / alpha.
-
-    The mean over clients is the sample-weighted mean (every client takes part each round)."""
-
-    def __init__(self, *args, **kwargs):
-        super().__init__(*args, **kwargs)
-        self.h: State = {}
-
-    def aggregate(self, global_state, mean64, round_idx):
-        alpha = self.hp["alpha"]
-        new = dict(mean64)
-        for k in self.param_keys:
-            g = global_state[k].to(torch.float64)
-            self.h[k] = self.h.get(k, torch.zeros_like(g)) - alpha * (mean64[k] - g)
-            new[k] = mean64[k] - self.h[k] / alpha
-        return cast_like(new, global_state)
-
-
-class MeanPrototypeServer(ServerRule):
-    """FedProto / FedProc: the global prototype of a class is the mean of the clients' prototypes."""
-
-    def payload(self, client_protos, round_idx):
-        return {"global_protos": mean_prototypes(client_protos, self.num_classes, self.dim)}
-
-
-class FPLServer(ServerRule):
-    """FPL: FINCH cluster prototypes and unbiased prototypes per class (plus the plain means
-    for the ablations that use global prototypes)."""
-
-    def payload(self, client_protos, round_idx):
-        protos, labels, unbiased = cluster_prototypes(client_protos, self.num_classes, self.dim)
-        return {
-            "cluster_protos": protos,
-            "cluster_labels": labels,
-            "unbiased_protos": unbiased,
-            "global_protos": mean_prototypes(client_protos, self.num_classes, self.dim),
-        }
-
-
-class FedProcServer(MeanPrototypeServer):
-    """FedProc: mean global prototypes plus the contrastive weight a = 1 - r / (R - 1) of the next round."""
-
-    def payload(self, client_protos, round_idx):
-        r, R = round_idx + 1, self.rounds
-        return {**super().payload(client_protos, round_idx), "weight_a": 1.0 - r / (R - 1) if R > 1 else 0.0}
+        Round-index convention: the payload built at the end of round r is what the clients
+        train with in round r + 1. Round 0 gets None ("no prototypes yet"): a client module
+        whose payload is None trains without its method's term. Methods that send nothing
+        (FedAvg and the other weight-only rules) always return None.
+        """

@@ -1,20 +1,34 @@
 """The client-side interface: a LightningModule per method, and the local loop that runs it.
 
-A method's client module subclasses `ClientModule` and overrides `extra_loss`
-(and, when it needs per-round inputs or per-client state, `start_round`,
-`client_state` / `load_client_state`). The module computes CE plus that term in
-`training_step`, re-creates SGD in `configure_optimizers`, and gathers the
-per-class feature means of the last local epoch as its local prototypes.
+A method's client module subclasses `ClientModule` and overrides two hooks of the loss
+and, where it needs them, two hooks of the round:
 
-`fit_local` runs those hooks directly over batches of resident tensors: no
-Trainer, checkpoint, logger, progress bar or model summary per client fit
-(see `make bench` for what that saves against Lightning's Trainer). The fused
-engine (`lightning_modules.fused`) runs the same hooks for several clients at
-once; for that, a client's own tensors that change during or between its rounds
-(its prototype sums here, FedDyn's correction, MOON's previous model) are
-parameters or buffers of the module, changed in place inside the hooks, never
-plain attributes; plain attributes set in `start_round` (the payload, the
-global weights) must be the same for every client of the round.
+    loss = ce_weight() * CE(logits, y) + extra_loss(x, y, logits, features)
+
+- `extra_loss`: the method's term (None: no term, e.g. FedAvg, or round 0 without prototypes);
+- `ce_weight`: the weight of CE (1.0 unless the method re-weights it, e.g. FedProc's 1 - a);
+- `start_round(round_idx, payload, global_state, client_state)`: loads the global weights,
+  takes the round's payload (a frozen dataclass from the method's `ServerRule`, or None)
+  and this client's state from its last round (None the first time);
+- `client_state()`: what this client must keep to its next round (None: stateless).
+
+The method's hyperparameters are `self.hparams` (Lightning's `save_hyperparameters`: an
+attribute dict of `RunConfig.hparams`); the optimiser's are `lr`, `momentum`, `weight_decay`.
+
+Lightning where it is Lightning: `fit_local` drives the module's hooks itself over batches
+of resident tensors, in this order per client fit: `configure_optimizers` once,
+`train()`, then per epoch `on_train_epoch_start` and per batch `training_step` (under
+Lightning Fabric's precision context) followed by backward and the optimiser step.
+Nothing else of Lightning runs: no Trainer, so no `self.log`, callbacks,
+validation/test hooks, `on_fit_*`/`on_train_batch_*` hooks, checkpoints, loggers,
+progress bars or model summaries (see `make bench` for what that saves per client fit).
+
+The fused engine (`lightning_modules.fused`) runs the same hooks for several clients at
+once; for that, a client's own tensors that change during or between its rounds (its
+prototype sums here, FedDyn's correction, MOON's previous model) are parameters or
+buffers of the module, changed in place inside the hooks, never plain attributes; plain
+attributes set in `start_round` (the payload, the global weights) must be the same for
+every client of the round.
 """
 from __future__ import annotations
 
@@ -22,8 +36,10 @@ import lightning as L
 import torch
 import torch.nn.functional as F
 
+from torch import nn
+
+from benchmark.server import RoundPayload
 from benchmark.transforms import augment
-from lightning_modules.resnet import ResNet10
 
 
 def precision_context(precision: str, device: torch.device):
@@ -39,53 +55,74 @@ class NonFiniteLoss(RuntimeError):
 
 
 class ClientModule(L.LightningModule):
+    """FedAvg's client (CE only) and the base of every method's client.
+
+    `net` is the model (`features(x)`, `forward(x) -> (logits, features)`, `feature_dim`,
+    `num_classes`); `hparams` the method's hyperparameters.
+    """
+
     # prefixes of parameter/buffer names that are the same for every client of a round and
     # not changed by training (MOON's global model): the fused engine keeps one copy of them
     shared_state: tuple[str, ...] = ()
     precision_mode = "32-true"  # the engines run the forward passes under precision_context(precision_mode)
 
-    def __init__(self, num_classes: int = 10, lr: float = 0.01, momentum: float = 0.9, weight_decay: float = 1e-5, **hparams):
+    def __init__(self, net: nn.Module, hparams: dict | None = None, *, lr: float = 0.01, momentum: float = 0.9,
+                 weight_decay: float = 1e-5):
         super().__init__()
-        self.num_classes = num_classes
+        self.save_hyperparameters(dict(hparams or {}))
         self.lr, self.momentum, self.weight_decay = lr, momentum, weight_decay
-        self.hp = hparams
-        self.net = ResNet10(num_classes)
+        self.net = net
+        self.num_classes = net.num_classes
         self.round = 0
-        self.payload: dict = {}
+        self.payload: RoundPayload | None = None
+        # True: training_step adds the batch's features to the class sums; fit_local turns it
+        # off for every local epoch but the last, so the prototypes are the last epoch's means
+        self.gather_prototypes = True
         # per-client tensors are buffers (not plain attributes) so that the fused engine's
         # functional_call swaps in each client's own copy; non-persistent: not in state_dict
         self.register_buffer("_proto_sum", None, persistent=False)
         self.register_buffer("_proto_count", None, persistent=False)
 
     # ------------------------------------------------------------------ per round
-    def start_round(self, round_idx: int, payload: dict, global_state: dict) -> None:
-        """Called after the global weights are loaded, before local training."""
+    def start_round(self, round_idx: int, payload: RoundPayload | None, global_state: dict, client_state=None) -> None:
+        """Before a client's local training: load the global weights and take the round's inputs.
+
+        `payload` is what the server built at the end of round round_idx - 1 (None in round 0),
+        moved to this module's device and its float tensors to the model's dtype;
+        `client_state` is what this client's `client_state()` returned in its last round (None
+        the first time). Subclasses call super() first.
+        """
         self.round = round_idx
+        self.net.load_state_dict(global_state)
         dtype = next(self.net.parameters()).dtype  # float payload tensors (prototypes) in the model's dtype
-        self.payload = {k: (v.to(self.device, dtype) if v.is_floating_point() else v.to(self.device)) if torch.is_tensor(v) else v
-                        for k, v in payload.items()}
+        self.payload = None if payload is None else payload.to(self.device, dtype)
 
     def client_state(self):
         """State of this client that must survive to its next round (None: stateless)."""
         return None
 
-    def load_client_state(self, state) -> None:
-        pass
-
-    # ------------------------------------------------------------------ training
+    # ------------------------------------------------------------------ loss hooks
     def forward(self, x: torch.Tensor):
         return self.net(x)
 
     def extra_loss(self, x, y, logits, features) -> torch.Tensor | None:
-        """The method's term added to CE; None when there is none (FedAvg, or round 0)."""
+        """The method's term added to the weighted CE; None when there is none (FedAvg, or round 0)."""
         return None
 
+    def ce_weight(self) -> float:
+        """The weight of CE in the loss (1.0 unless the method re-weights it)."""
+        return 1.0
+
     def compute_loss(self, x, y, logits, features) -> torch.Tensor:
-        """CE plus the method's term; a method that re-weights CE overrides this."""
+        """ce_weight() * CE + extra_loss: not overridden by methods (override the two hooks)."""
         ce = F.cross_entropy(logits, y)
+        w = self.ce_weight()
+        if w != 1.0:
+            ce = w * ce
         extra = self.extra_loss(x, y, logits, features)
         return ce if extra is None else ce + extra
 
+    # ------------------------------------------------------------------ Lightning hooks run by the engines
     def training_step(self, batch, batch_idx):
         x, y = batch
         logits, z = self.net(x)
@@ -94,11 +131,9 @@ class ClientModule(L.LightningModule):
             self._proto_count.index_add_(0, y, torch.ones_like(y))
         return self.compute_loss(x, y, logits, z)
 
-    gather_prototypes = True  # the local loop turns it on for the last local epoch only
-
     def on_train_epoch_start(self) -> None:
         # reset each epoch, in place (the fused engine runs this on every client's copy):
-        # what remains after the last epoch are its class means
+        # what remains after the last epoch are its class sums
         shape = (self.num_classes, self.net.feature_dim)
         if self._proto_sum is None or self._proto_sum.shape != shape:
             dtype = next(self.net.parameters()).dtype
@@ -108,7 +143,7 @@ class ClientModule(L.LightningModule):
         self._proto_count.zero_()
 
     def configure_optimizers(self):
-        return torch.optim.SGD(self.parameters(), lr=self.lr, momentum=self.momentum, weight_decay=self.weight_decay)
+        return torch.optim.SGD(self.net.parameters(), lr=self.lr, momentum=self.momentum, weight_decay=self.weight_decay)
 
     def local_prototypes(self) -> dict[int, torch.Tensor]:
         """Class -> mean training-mode feature of that class over the last local epoch (CPU)."""

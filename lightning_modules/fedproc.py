@@ -1,31 +1,48 @@
-"""FedProc client (Mu et al. 2023): a * L_con + (1 - a) * CE, a = 1 - r / (R - 1).
+"""FedProc: prototypical contrastive federated learning; loss a * L_con + (1 - a) * CE.
 
-L_con is a cosine InfoNCE with temperature 1 between the feature and the global
-(mean) prototypes of all classes, the sample's own class the positive. Round 0
-has no prototypes: CE alone (the official code trains nothing there).
+Xutong Mu, Yulong Shen, Ke Cheng, Xueli Geng, Jiaxuan Fu, Tao Zhang, Zhiwei Zhang.
+"FedProc: Prototypical Contrastive Federated Learning on Non-IID Data."
+arXiv:2109.12273, 2021 (Future Generation Computer Systems 143, 2023).
+
+L_con is a cosine InfoNCE with temperature 1 between the feature and the global (mean)
+prototypes of all classes, the sample's own class the positive; a = 1 - r / (R - 1) in
+round r of R (0 when R = 1). Round 0 has no prototypes: CE alone (README deviation 11;
+the official code trains nothing there). The server averages the weights (FedAvg).
 """
-import torch
-import torch.nn.functional as F
+from __future__ import annotations
 
+from dataclasses import dataclass
+
+import torch
+
+from benchmark.prototypes import mean_prototypes
+from benchmark.server import RoundPayload
 from lightning_modules.base import ClientModule
+from lightning_modules.fedavg import FedAvgServer
+from lightning_modules.losses import prototype_infonce
+
+
+@dataclass(frozen=True)
+class FedProcRound(RoundPayload):
+    global_protos: torch.Tensor  # K x d: per class the mean of the clients' prototypes; NaN row: no client holds it
+    weight_a: float  # a of the round this payload is for: L_con's weight, CE's is 1 - a
 
 
 class FedProcClient(ClientModule):
-    def compute_loss(self, x, y, logits, z):
-        ce = F.cross_entropy(logits, y)
-        if "global_protos" not in self.payload:
-            return ce
-        a = self.payload["weight_a"]
-        return a * prototype_infonce(z, y, self.payload["global_protos"], self.hp["temperature"]) + (1 - a) * ce
+    payload: FedProcRound | None
+
+    def ce_weight(self):
+        return 1.0 if self.payload is None else 1 - self.payload.weight_a
+
+    def extra_loss(self, x, y, logits, z):
+        if self.payload is None:  # round 0: no prototypes yet, CE alone
+            return None
+        a = self.payload.weight_a
+        return a * prototype_infonce(z, y, self.payload.global_protos, self.hparams["temperature"])
 
 
-def prototype_infonce(z, y, global_protos, temperature):
-    """Batch mean of CE over cos(z, G_k) / T for the classes with a prototype (NaN rows are absent);
-    a sample whose class has no prototype contributes 0."""
-    held = ~torch.isnan(global_protos).any(dim=1)
-    classes = torch.nonzero(held).flatten()
-    logits = F.normalize(z, dim=1) @ F.normalize(global_protos[classes], dim=1).T / temperature
-    target_of_class = torch.full((len(global_protos),), -100, dtype=torch.long, device=z.device)
-    target_of_class[classes] = torch.arange(len(classes), device=z.device)
-    per_sample = F.cross_entropy(logits, target_of_class[y], ignore_index=-100, reduction="none")
-    return per_sample.sum() / len(y)
+class FedProcServer(FedAvgServer):
+    def payload(self, client_protos, round_idx):
+        r, R = round_idx + 1, self.rounds  # the payload is for round r
+        return FedProcRound(global_protos=mean_prototypes(client_protos, self.num_classes, self.feature_dim),
+                            weight_a=1.0 - r / (R - 1) if R > 1 else 0.0)

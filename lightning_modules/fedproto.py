@@ -1,14 +1,40 @@
 """FedProto with parameter averaging, as in FPL's Table 2: CE + mu * MSE(z, global prototype of y).
 
-The MSE to a class prototype is the same term as FPL's UPCR, against the plain
-mean prototypes instead of the unbiased ones.
+Yue Tan, Guodong Long, Lu Liu, Tianyi Zhou, Qinghua Lu, Jing Jiang, Chengqi Zhang.
+"FedProto: Federated Prototype Learning across Heterogeneous Clients." AAAI 2022,
+pp. 8432-8440.
+
+The server averages the weights (FedAvg) and sends the global prototypes: per class,
+the unweighted mean of the clients' local prototypes. The MSE to a class prototype is
+the same term as FPL's UPCR, against these plain means instead of the unbiased ones.
 """
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from benchmark.prototypes import mean_prototypes
+from benchmark.server import RoundPayload
 from lightning_modules.base import ClientModule
+from lightning_modules.fedavg import FedAvgServer
 from lightning_modules.losses import upcr_loss
 
 
+@dataclass(frozen=True)
+class FedProtoRound(RoundPayload):
+    global_protos: torch.Tensor  # K x d: per class the mean of the clients' prototypes; NaN row: no client holds it
+
+
 class FedProtoClient(ClientModule):
+    payload: FedProtoRound | None
+
     def extra_loss(self, x, y, logits, z):
-        if "global_protos" not in self.payload:  # round 0
+        if self.payload is None:  # round 0: no prototypes yet
             return None
-        return self.hp["mu"] * upcr_loss(z, y, self.payload["global_protos"])
+        return self.hparams["mu"] * upcr_loss(z, y, self.payload.global_protos)
+
+
+class FedProtoServer(FedAvgServer):
+    def payload(self, client_protos, round_idx):
+        return FedProtoRound(global_protos=mean_prototypes(client_protos, self.num_classes, self.feature_dim))

@@ -1,4 +1,5 @@
-"""Pure, vectorised loss terms of the prototype methods (no Python loop over samples)."""
+"""Pure, vectorised loss terms of the methods (no Python loop over samples): FPL's CPCL and UPCR
+(also FedProto's MSE), MOON's model-contrastive loss, FedProc's prototype InfoNCE."""
 from __future__ import annotations
 
 import torch
@@ -39,3 +40,29 @@ def upcr_loss(features: torch.Tensor, labels: torch.Tensor, unbiased_prototypes:
     valid = ~torch.isnan(target).any(dim=1)
     per_sample = ((features - torch.nan_to_num(target)) ** 2).mean(dim=1)
     return (per_sample * valid).mean()
+
+
+def moon_loss(z: torch.Tensor, z_glob: torch.Tensor, z_prev: torch.Tensor, temperature: float) -> torch.Tensor:
+    """MOON's model-contrastive loss, batch mean.
+
+    Per sample: -log( e^{cos(z,zg)/T} / (e^{cos(z,zg)/T} + e^{cos(z,zp)/T}) ), the global
+    model's feature the positive, the previous local model's the negative.
+    """
+    logits = torch.stack([F.cosine_similarity(z, z_glob, dim=1), F.cosine_similarity(z, z_prev, dim=1)], dim=1)
+    return F.cross_entropy(logits / temperature, torch.zeros(len(z), dtype=torch.long, device=z.device))
+
+
+def prototype_infonce(z: torch.Tensor, y: torch.Tensor, global_protos: torch.Tensor, temperature: float) -> torch.Tensor:
+    """FedProc's prototype contrastive loss, batch mean.
+
+    Per sample: CE over cos(z, G_k) / T for the classes k with a prototype (NaN rows are
+    absent), the sample's own class the target; a sample whose class has no prototype
+    contributes 0.
+    """
+    held = ~torch.isnan(global_protos).any(dim=1)
+    classes = torch.nonzero(held).flatten()
+    logits = F.normalize(z, dim=1) @ F.normalize(global_protos[classes], dim=1).T / temperature
+    target_of_class = torch.full((len(global_protos),), -100, dtype=torch.long, device=z.device)
+    target_of_class[classes] = torch.arange(len(classes), device=z.device)
+    per_sample = F.cross_entropy(logits, target_of_class[y], ignore_index=-100, reduction="none")
+    return per_sample.sum() / len(y)

@@ -1,4 +1,8 @@
-"""CIFAR-style ResNet-10 of FPL (PROTOCOL.md section 1): 4,903,242 parameters."""
+"""The models, by name: CIFAR-style ResNet-10 of FPL (PROTOCOL.md section 1, 4,903,242 parameters).
+
+A model maps images to (logits, features) and has `features(x)`, `feature_dim` and
+`num_classes`; `build_model` makes the one a dataset's spec names (benchmark/config.py).
+"""
 from __future__ import annotations
 
 import torch
@@ -31,6 +35,7 @@ class ResNet10(nn.Module):
 
     def __init__(self, num_classes: int = 10):
         super().__init__()
+        self.num_classes = num_classes
         self.conv1 = nn.Conv2d(3, 64, 3, 1, 1, bias=False)
         self.bn1 = nn.BatchNorm2d(64)
         widths, strides, cin, layers = (64, 128, 256, 512), (1, 2, 2, 2), 64, []
@@ -48,3 +53,11 @@ class ResNet10(nn.Module):
         """Returns (logits, features)."""
         z = self.features(x)
         return self.classifier(z), z
+
+
+MODELS = {"resnet10": ResNet10}
+
+
+def build_model(name: str, num_classes: int) -> nn.Module:
+    """A freshly initialised model (torch's global RNG) by name."""
+    return MODELS[name](num_classes)

@@ -22,11 +22,13 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from benchmark.config import ENGINES
+from benchmark.config import ENGINES, RunConfig
 from benchmark.data import load_domain, to_tensor_images
-from benchmark.server import accumulate
+from benchmark.methods import METHODS
+from benchmark.server import RoundPayload, State, accumulate
 from lightning_modules.base import NonFiniteLoss, fit_local
 from lightning_modules.fused import FusedNonFiniteLoss, fit_fused
+from lightning_modules.resnet import build_model
 
 
 def resolve_device(name: str) -> torch.device:
@@ -52,16 +54,14 @@ def client_generator(seed: int, round_idx: int, client_id: int) -> torch.Generat
 
 
 class ClientGroup:
-    def __init__(self, cfg: dict, clients: list[dict], data_root: str):
-        from benchmark.methods import METHODS
-
+    def __init__(self, cfg: RunConfig, clients: list[dict], data_root: str):
         self.cfg = cfg
-        self.device = resolve_device(cfg["device"])
+        self.device = resolve_device(cfg.device)
         if self.device.type == "cpu":  # the actor's CPU share, in or out of Ray: same kernels, same numbers
-            torch.set_num_threads(max(1, int(cfg["cpus_per_actor"])))
+            torch.set_num_threads(max(1, int(cfg.cpus_per_actor)))
         self.clients = clients
         domains = sorted({c["domain"] for c in clients})
-        raw = {d: load_domain(Path(data_root), cfg["dataset"], d, need_test=False) for d in domains}
+        raw = {d: load_domain(Path(data_root), cfg.dataset, d, need_test=False) for d in domains}
         self.data = {}
         for c in clients:
             dom = raw[c["domain"]]
@@ -69,45 +69,45 @@ class ClientGroup:
             x = to_tensor_images(dom.train_x[idx]).to(self.device)
             y = torch.from_numpy(dom.train_y[idx]).to(self.device)
             self.data[c["id"]] = (x, y)
-        method = METHODS[cfg["method"]]
-        self.module = method.client(
-            num_classes=10, lr=cfg["lr"], momentum=cfg["momentum"], weight_decay=cfg["weight_decay"], **cfg["hparams"]
+        spec = cfg.dataset_spec
+        net = build_model(spec.model, spec.num_classes)  # its weights are the round's global state before each fit
+        self.module = METHODS[cfg.method].client(
+            net, cfg.hparams, lr=cfg.lr, momentum=cfg.momentum, weight_decay=cfg.weight_decay
         ).to(self.device)
-        self.module.precision_mode = cfg.get("precision", "32-true")
+        self.module.precision_mode = cfg.precision
         self.client_states: dict[int, object] = {}
 
     def subgroups(self) -> list[list[dict]]:
         """Clients trained together: one by one (sequential), or those of equal size (fused)."""
-        if resolve_engine(self.cfg.get("engine", "sequential"), self.device) == "sequential":
+        if resolve_engine(self.cfg.engine, self.device) == "sequential":
             return [[c] for c in self.clients]
         by_size: dict[int, list[dict]] = {}
         for c in self.clients:
             by_size.setdefault(len(self.data[c["id"]][1]), []).append(c)
         return list(by_size.values())
 
-    def start_client(self, c: dict, global_state: dict, payload: dict, round_idx: int) -> None:
+    def start_client(self, c: dict, global_state: State, payload: RoundPayload | None, round_idx: int) -> None:
         """Client c's starting state in the module: the global weights, its own state, the round's inputs."""
-        self.module.net.load_state_dict(global_state)
-        self.module.load_client_state(self.client_states.get(c["id"]))
-        self.module.start_round(round_idx, payload, global_state)
+        self.module.start_round(round_idx, payload, global_state, self.client_states.get(c["id"]))
 
-    def train(self, global_state: dict, payload: dict, round_idx: int) -> dict:
-        """Train every client of the group from the global state; return partial sums and prototypes."""
+    def train(self, global_state: State, payload: RoundPayload | None, round_idx: int) -> dict:
+        """Train every client of the group from the global state and the payload of round round_idx;
+        return the sample-weighted partial sum of the trained weights, and per client its prototypes and loss."""
         cfg = self.cfg
         weight_sum, total, protos, losses = None, 0, {}, {}
         start = time.perf_counter()
         for members in self.subgroups():
-            gens = [client_generator(cfg["seed"], round_idx, c["id"]) for c in members]
+            gens = [client_generator(cfg.seed, round_idx, c["id"]) for c in members]
             data = [self.data[c["id"]] for c in members]
             try:
                 if len(members) == 1:
                     self.start_client(members[0], global_state, payload, round_idx)
-                    member_losses = [fit_local(self.module, *data[0], cfg["local_epochs"], cfg["batch_size"], gens[0])]
+                    member_losses = [fit_local(self.module, *data[0], cfg.local_epochs, cfg.batch_size, gens[0])]
                     load = lambda i: None  # noqa: E731  (the module holds the one client)
                 else:
                     member_losses, load = fit_fused(
                         self.module, lambda i: self.start_client(members[i], global_state, payload, round_idx),
-                        data, cfg["local_epochs"], cfg["batch_size"], gens)
+                        data, cfg.local_epochs, cfg.batch_size, gens)
             except NonFiniteLoss as e:
                 c = members[e.index if isinstance(e, FusedNonFiniteLoss) else 0]
                 raise NonFiniteLoss(

@@ -13,12 +13,13 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from benchmark.config import RunConfig
 from benchmark.data import eval_subset, load_domain, to_tensor_images
 from benchmark.methods import METHODS
+from benchmark.server import weighted_mean
 from benchmark.transforms import normalize
 from lightning_modules.base import precision_context
-from lightning_modules.resnet import ResNet10
-from benchmark.server import add_sums
+from lightning_modules.resnet import build_model
 from ray_jobs.clients import ClientGroup, resolve_device
 
 
@@ -31,7 +32,7 @@ def assign_groups(clients: list[dict], num_groups: int) -> list[list[dict]]:
 class LocalExecutor:
     """Client groups as plain objects in this process."""
 
-    def __init__(self, cfg: dict, groups: list[list[dict]], data_root: str):
+    def __init__(self, cfg: RunConfig, groups: list[list[dict]], data_root: str):
         self.groups = [ClientGroup(cfg, g, data_root) for g in groups]
 
     def put(self, obj):
@@ -44,11 +45,11 @@ class LocalExecutor:
 class RayExecutor:
     """Client groups in Ray actors with the configured CPU / GPU shares (fractions allowed)."""
 
-    def __init__(self, cfg: dict, groups: list[list[dict]], data_root: str):
+    def __init__(self, cfg: RunConfig, groups: list[list[dict]], data_root: str):
         import ray
 
         self.ray = ray
-        actor = ray.remote(ClientGroup).options(num_cpus=cfg["cpus_per_actor"], num_gpus=cfg["gpus_per_actor"])
+        actor = ray.remote(ClientGroup).options(num_cpus=cfg.cpus_per_actor, num_gpus=cfg.gpus_per_actor)
         self.groups = [actor.remote(cfg, g, data_root) for g in groups]
 
     def put(self, obj):
@@ -59,26 +60,27 @@ class RayExecutor:
 
 
 class Driver:
-    def __init__(self, cfg: dict, clients: list[dict], data_root: str):
+    def __init__(self, cfg: RunConfig, clients: list[dict], data_root: str):
         self.cfg = cfg
-        threads = max(1, int(cfg["driver_cpus"]))
-        torch.set_num_threads(threads)
-        self.device = resolve_device(cfg["device"])
-        self.method = METHODS[cfg["method"]]
-        torch.manual_seed(cfg["seed"])  # one initialisation for every client
-        model = ResNet10(10)
+        torch.set_num_threads(max(1, int(cfg.driver_cpus)))
+        self.device = resolve_device(cfg.device)
+        spec = cfg.dataset_spec
+        torch.manual_seed(cfg.seed)  # one initialisation for every client
+        model = build_model(spec.model, spec.num_classes)
         self.global_state = {k: v.clone() for k, v in model.state_dict().items()}
         self.model = model.to(self.device)
-        param_keys = [k for k, _ in model.named_parameters()]
-        self.rule = self.method.server(cfg["hparams"], 10, ResNet10.feature_dim, cfg["rounds"], param_keys)
-        self.payload: dict = {}
+        self.rule = METHODS[cfg.method].server(
+            cfg.hparams, num_classes=spec.num_classes, feature_dim=model.feature_dim, rounds=cfg.rounds,
+            param_keys=[k for k, _ in model.named_parameters()],
+        )
+        self.payload = None  # round 0: no prototypes yet
         self.test_sets = {}
-        for d in cfg["domains"]:
-            dom = load_domain(Path(data_root), cfg["dataset"], d, need_train=False)
-            keep = eval_subset(len(dom.test_y), cfg["eval_max"])
+        for d in cfg.domains:
+            dom = load_domain(Path(data_root), cfg.dataset, d, need_train=False)
+            keep = eval_subset(len(dom.test_y), cfg.eval_max)
             self.test_sets[d] = (to_tensor_images(dom.test_x[keep]).to(self.device), torch.from_numpy(dom.test_y[keep]).to(self.device))
-        executor = RayExecutor if cfg["executor"] == "ray" else LocalExecutor
-        self.executor = executor(cfg, assign_groups(clients, cfg["num_actors"]), data_root)
+        executor = RayExecutor if cfg.executor == "ray" else LocalExecutor
+        self.executor = executor(cfg, assign_groups(clients, cfg.num_actors), data_root)
 
     def final_state(self) -> dict[str, torch.Tensor]:
         """The global model to keep in the run folder: floating tensors in float16 (half the size), on the CPU."""
@@ -94,10 +96,7 @@ class Driver:
         results = self.executor.map("train", state_ref, payload_ref, r)
         t1 = time.perf_counter()
 
-        total, sum64 = sum(res["weight"] for res in results), None
-        for res in results:
-            sum64 = add_sums(sum64, res["sum"])
-        mean64 = {k: v / total for k, v in sum64.items()}
+        mean64 = weighted_mean([res["sum"] for res in results], [res["weight"] for res in results])
         self.global_state = self.rule.aggregate(self.global_state, mean64, r)
         t2 = time.perf_counter()
 
@@ -133,7 +132,7 @@ class Driver:
         for d, (x, y) in self.test_sets.items():
             correct = 0
             for i in range(0, len(y), batch_size):
-                with precision_context(self.cfg.get("precision", "32-true"), self.device):
+                with precision_context(self.cfg.precision, self.device):
                     logits, _ = self.model(normalize(x[i : i + batch_size]))
                 correct += int((logits.argmax(1) == y[i : i + batch_size]).sum())
             acc[d] = 100.0 * correct / len(y)

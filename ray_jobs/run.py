@@ -152,10 +152,10 @@ def run(cfg: RunConfig, quiet: bool = False) -> dict:
 
     if cfg.executor == "ray":
         ray = init_ray(cfg)
-        driver = ray.remote(Driver).options(num_cpus=cfg.driver_cpus, num_gpus=cfg.driver_gpus).remote(record_cfg, clients, str(root))
+        driver = ray.remote(Driver).options(num_cpus=cfg.driver_cpus, num_gpus=cfg.driver_gpus).remote(cfg, clients, str(root))
         call = lambda name, *a: ray.get(getattr(driver, name).remote(*a))  # noqa: E731
     else:
-        driver = Driver(record_cfg, clients, str(root))
+        driver = Driver(cfg, clients, str(root))
         call = lambda name, *a: getattr(driver, name)(*a)  # noqa: E731
 
     public_clients = [{k: c[k] for k in ("id", "domain", "num_samples")} for c in clients]

@@ -11,6 +11,7 @@ to results/smoke/ and say so in their titles, never over a full-profile report.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import math
 import sys
 from concurrent.futures import ThreadPoolExecutor
@@ -74,8 +75,7 @@ def plan(table: str, profile: str, requested_domains: list[str] | None, results_
                             rounds=p["rounds"], local_epochs=p["local_epochs"], client_fraction=p["client_fraction"],
                             eval_max=p["eval_max"], data_root=str(root), wandb_group=f"table{table}-{profile}",
                             **(extra or {}))
-            cfg.out = str(results_dir / "runs" / cfg.run_name)
-            runs.append(cfg)
+            runs.append(dataclasses.replace(cfg, out=str(results_dir / "runs" / cfg.run_name)))
     return runs
 
 

@@ -1,9 +1,32 @@
-"""Weighted FedAvg of whole state_dicts, BatchNorm buffers included, against hand computations."""
+"""Weighted FedAvg of whole state_dicts, BatchNorm buffers included, against hand computations,
+through the live path: each client group `accumulate`s, the driver takes the `weighted_mean` of
+the groups' partial sums, `FedAvgServer.aggregate` casts it back."""
 from __future__ import annotations
 
 import torch
 
-from benchmark.server import ServerRule, accumulate, add_sums, cast_like, fedavg, weighted_sum
+from benchmark.server import accumulate, add_sums, cast_like, weighted_mean
+from lightning_modules.fedavg import FedAvgServer
+
+
+def weighted_sum(states, weights):
+    """What one client group returns: sum_i w_i * state_i (float64) by `accumulate`."""
+    acc = None
+    for state, w in zip(states, weights):
+        acc = accumulate(acc, state, w)
+    return acc
+
+
+def fedavg(states, weights, groups=1):
+    """The live FedAvg round: clients spread round-robin over `groups` client groups, each returns
+    its partial sum and weight, the driver takes the weighted mean, the rule aggregates."""
+    parts = [(states[g::groups], weights[g::groups]) for g in range(groups)]
+    mean64 = weighted_mean([weighted_sum(s, w) for s, w in parts], [sum(w) for _, w in parts])
+    return rule().aggregate(states[0], mean64, round_idx=0)
+
+
+def rule():
+    return FedAvgServer({}, 10, 512, 5, ["conv.weight", "bn.bias"])
 
 
 def _state(w, b, mean, var, nbt):
@@ -36,6 +59,8 @@ def test_fedavg_two_clients_by_hand():
 
 
 def test_fedavg_three_clients_by_hand():
+    for groups in (1, 2, 3):
+        assert_same(fedavg([A, B, C], [1, 3, 4], groups), fedavg([A, B, C], [1, 3, 4]))
     out = fedavg([A, B, C], [1, 3, 4])
     # (a + 3 b + 4 c) / 8
     assert torch.equal(out["conv.weight"], torch.tensor([[3.0, 0.5], [2.5, 2.0]]))
@@ -64,6 +89,12 @@ def test_weighted_sum_and_accumulate_agree():
     assert A["bn.num_batches_tracked"].item() == 10 and A["conv.weight"][0, 0].item() == 1.0
 
 
+def assert_same(a, b):
+    assert set(a) == set(b)
+    for k in a:
+        assert a[k].dtype == b[k].dtype and torch.equal(a[k], b[k]), k
+
+
 def test_accumulates_in_float64():
     # 1 + 1e-8 is lost in float32 but kept in float64
     x = {"w": torch.tensor([1.0], dtype=torch.float32)}
@@ -74,13 +105,12 @@ def test_accumulates_in_float64():
 
 def test_server_rule_aggregate_is_cast_of_mean():
     mean64 = {k: v / 4 for k, v in weighted_sum([A, B], [1, 3]).items()}
-    rule = ServerRule({}, 10, 512, 5, ["conv.weight", "bn.bias"])
-    out = rule.aggregate(A, mean64, round_idx=0)
+    out = rule().aggregate(A, mean64, round_idx=0)
     ref = fedavg([A, B], [1, 3])
     assert set(out) == set(ref)
     for k in ref:
         assert out[k].dtype == A[k].dtype and torch.equal(out[k], ref[k]), k
-    assert rule.payload({0: {1: torch.ones(3)}}, 0) == {}
+    assert rule().payload({0: {1: torch.ones(3)}}, 0) is None  # FedAvg sends nothing with the weights
     casted = cast_like({"n": torch.tensor(2.6, dtype=torch.float64), "w": torch.tensor(2.6, dtype=torch.float64)},
                        {"n": torch.tensor(0), "w": torch.tensor(0.0, dtype=torch.float16)})
     assert casted["n"].item() == 3 and casted["n"].dtype == torch.int64 and casted["w"].dtype == torch.float16

@@ -10,14 +10,15 @@ import torch
 from torch import nn
 
 from benchmark.methods import METHODS
-from benchmark.server import FedDynServer
-from lightning_modules.feddyn import FedDynClient
+from benchmark.config import RunConfig
+from lightning_modules.feddyn import FedDynClient, FedDynServer
+from lightning_modules.resnet import ResNet10
 from ray_jobs.clients import ClientGroup
 from tiny_net import TinyNet
 
 
-def make_client(**hp) -> FedDynClient:
-    return FedDynClient(**{**METHODS["feddyn"].defaults, **hp})
+def make_client(net=None, lr=0.01, **hp) -> FedDynClient:
+    return FedDynClient(net or ResNet10(10), {**METHODS["feddyn"].defaults, **hp}, lr=lr)
 
 
 def tiny(module, weight, bias):
@@ -25,6 +26,7 @@ def tiny(module, weight, bias):
     with torch.no_grad():
         module.net.weight.copy_(torch.tensor(weight))
         module.net.bias.copy_(torch.tensor(bias))
+    return {k: v.clone() for k, v in module.net.state_dict().items()}
 
 
 def set_weights(module, weight, bias):
@@ -41,10 +43,9 @@ def test_registry_defaults():
 
 def test_client_term_gradient_and_state_hand_numbers():
     module = make_client(alpha=0.1)
-    tiny(module, [[1.0, 2.0]], [0.5])  # w_g
+    w_g = tiny(module, [[1.0, 2.0]], [0.5])
     g = [torch.tensor([[0.3, -0.2]]), torch.tensor([0.1])]  # this client's correction (weight, bias)
-    module.load_client_state(g)
-    module.start_round(2, {}, module.net.state_dict())
+    module.start_round(2, None, w_g, client_state=g)
     set_weights(module, [[1.5, 1.0]], [1.0])  # w - w_g = (0.5, -1), 0.5
     loss = module.extra_loss(None, None, None, None)
     # -<g, w> + alpha/2 ||w - w_g||^2 = -(0.45 - 0.2 + 0.1) + 0.05 * 1.5
@@ -63,11 +64,9 @@ def test_client_term_gradient_and_state_hand_numbers():
 
 def test_new_client_starts_from_zero_correction_after_another_client():
     module = make_client(alpha=0.1)
-    tiny(module, [[1.0, 2.0]], [0.5])
-    module.load_client_state([torch.tensor([[9.0, 9.0]]), torch.tensor([9.0])])  # client a
-    module.start_round(1, {}, module.net.state_dict())
-    module.load_client_state(None)  # client b, first time seen: what ClientGroup passes
-    module.start_round(1, {}, module.net.state_dict())
+    w_g = tiny(module, [[1.0, 2.0]], [0.5])
+    module.start_round(1, None, w_g, client_state=[torch.tensor([[9.0, 9.0]]), torch.tensor([9.0])])  # client a
+    module.start_round(1, None, w_g, client_state=None)  # client b, first time seen: what ClientGroup passes
     set_weights(module, [[2.0, 2.0]], [0.5])  # w - w_g = (1, 0), 0
     loss = module.extra_loss(None, None, None, None)
     assert float(loss.detach()) == pytest.approx(0.1 / 2 * 1.0, rel=1e-6)  # no linear term
@@ -120,12 +119,11 @@ def images(n: int, seed: int) -> torch.Tensor:
 def make_group(client_ids, data, alpha) -> ClientGroup:
     """A ClientGroup (the real per-client state protocol of `train`) with injected tiny data."""
     group = ClientGroup.__new__(ClientGroup)
-    group.cfg = {"seed": 0, "local_epochs": 1, "batch_size": 4, "method": "feddyn"}
+    group.cfg = RunConfig(method="feddyn", seed=0, local_epochs=1, batch_size=4)
     group.device = torch.device("cpu")
     group.clients = [{"id": c, "domain": "mnist"} for c in client_ids]
     group.data = {c: data[c] for c in client_ids}
-    group.module = make_client(alpha=alpha, lr=0.05)
-    group.module.net = TinyNet(10)
+    group.module = make_client(TinyNet(10), alpha=alpha, lr=0.05)
     group.client_states = {}
     return group
 
@@ -139,10 +137,10 @@ def test_two_clients_on_one_module_keep_their_own_correction_over_two_rounds():
     both = make_group([3, 5], data, alpha)
     alone = {c: make_group([c], data, alpha) for c in (3, 5)}
 
-    res0 = both.train(g0, {}, 0)
+    res0 = both.train(g0, None, 0)
     trained0 = {}
     for c in (3, 5):
-        r = alone[c].train(g0, {}, 0)
+        r = alone[c].train(g0, None, 0)
         trained0[c] = {k: r["sum"][k] / r["weight"] for k in keys}  # the client's trained weights
         # g = 0 - alpha (w_k - w_g), in parameter order
         for k, got, ref in zip(keys, both.client_states[c], alone[c].client_states[c]):
@@ -151,9 +149,9 @@ def test_two_clients_on_one_module_keep_their_own_correction_over_two_rounds():
     assert any(not torch.equal(a, b) for a, b in zip(both.client_states[3], both.client_states[5]))
 
     g1 = {k: (res0["sum"][k] / res0["weight"]).to(g0[k].dtype) for k in g0}
-    both.train(g1, {}, 1)
+    both.train(g1, None, 1)
     for c in (3, 5):
-        r = alone[c].train(g1, {}, 1)
+        r = alone[c].train(g1, None, 1)
         trained1 = {k: r["sum"][k] / r["weight"] for k in keys}
         for i, k in enumerate(keys):
             torch.testing.assert_close(both.client_states[c][i], alone[c].client_states[c][i], rtol=0, atol=0)
@@ -163,8 +161,8 @@ def test_two_clients_on_one_module_keep_their_own_correction_over_two_rounds():
 
     # the kept correction changes training: a client whose state were reset trains differently
     reset = make_group([3], data, alpha)
-    r_reset = reset.train(g1, {}, 1)
+    r_reset = reset.train(g1, None, 1)
     kept = make_group([3], data, alpha)
     kept.client_states[3] = [(-alpha * (trained0[3][k] - g0[k].double())).float() for k in keys]
-    r_kept = kept.train(g1, {}, 1)
+    r_kept = kept.train(g1, None, 1)
     assert any(not torch.equal(r_reset["sum"][k], r_kept["sum"][k]) for k in keys)

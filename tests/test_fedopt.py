@@ -5,8 +5,8 @@ from __future__ import annotations
 import torch
 
 from benchmark.methods import METHODS
-from benchmark.server import FedOptServer
 from lightning_modules.fedavg import FedAvgClient
+from lightning_modules.fedopt import FedOptServer
 
 
 def f64(*v):

@@ -9,8 +9,9 @@ import pytest
 import torch
 
 from benchmark.methods import METHODS
-from benchmark.server import FedProcServer
-from lightning_modules.fedproc import FedProcClient, prototype_infonce
+from lightning_modules.fedproc import FedProcClient, FedProcServer
+from lightning_modules.losses import prototype_infonce
+from lightning_modules.resnet import ResNet10
 
 NAN = float("nan")
 
@@ -46,14 +47,14 @@ def test_weight_schedule_five_rounds():
     rule = FedProcServer({"temperature": 1.0}, 3, 2, 5, [])
     protos = {0: {0: torch.tensor([1.0, 0.0])}}
     # payload(round_idx = r - 1) is what round r trains with: a = 1 - r / 4 for r = 1..4
-    got = [rule.payload(protos, r - 1)["weight_a"] for r in range(1, 5)]
+    got = [rule.payload(protos, r - 1).weight_a for r in range(1, 5)]
     assert got == pytest.approx([0.75, 0.5, 0.25, 0.0])
 
 
 def test_payload_global_protos_are_unweighted_means():
     rule = FedProcServer({"temperature": 1.0}, 3, 2, 5, [])
     protos = {0: {0: torch.tensor([1.0, 0.0]), 2: torch.tensor([4.0, 4.0])}, 1: {0: torch.tensor([3.0, 2.0])}}
-    g = rule.payload(protos, 0)["global_protos"]
+    g = rule.payload(protos, 0).global_protos
     torch.testing.assert_close(g[0], torch.tensor([2.0, 1.0]))
     assert torch.isnan(g[1]).all()
     torch.testing.assert_close(g[2], torch.tensor([4.0, 4.0]))
@@ -80,12 +81,12 @@ def test_prototype_infonce_random_against_per_sample_reference():
 
 
 def make_client():
-    return FedProcClient(**METHODS["fedproc"].defaults)
+    return FedProcClient(ResNet10(10), METHODS["fedproc"].defaults)
 
 
 def test_round0_is_ce_alone():
     module = make_client()
-    module.start_round(0, {}, None)
+    module.start_round(0, None, module.net.state_dict())
     logits = torch.tensor([[1.0, 0.0, 0.0], [0.0, 0.0, 0.0]])
     y = torch.tensor([0, 2])
     z = torch.randn(2, 4)
@@ -98,9 +99,9 @@ def test_compute_loss_mixes_contrastive_and_ce_with_weight_a():
     rule = FedProcServer({"temperature": 1.0}, 4, 5, 5, [])
     client_protos = {c: {k: torch.randn(5, generator=gen) for k in (0, 1, 3)} for c in range(3)}
     payload = rule.payload(client_protos, 2)  # builds round 3 of 5: a = 1 - 3/4
-    assert payload["weight_a"] == pytest.approx(0.25)
+    assert payload.weight_a == pytest.approx(0.25)
     module = make_client()
-    module.start_round(3, payload, None)
+    module.start_round(3, payload, module.net.state_dict())
     logits = torch.randn(6, 4, generator=gen)
     z = torch.randn(6, 5, generator=gen)
     y = torch.tensor([0, 1, 2, 3, 0, 2])

@@ -8,37 +8,37 @@ import torch
 from torch import nn
 
 from benchmark.methods import METHODS
-from benchmark.server import MeanPrototypeServer
-from lightning_modules.fedproto import FedProtoClient
+from lightning_modules.fedproto import FedProtoClient, FedProtoRound, FedProtoServer
+from lightning_modules.resnet import ResNet10
 
 NAN = float("nan")
 
 
 def make_client(**hp):
-    return FedProtoClient(**{**METHODS["fedproto"].defaults, **hp})
+    return FedProtoClient(ResNet10(10), {**METHODS["fedproto"].defaults, **hp})
 
 
 def test_registry_defaults():
     m = METHODS["fedproto"]
-    assert m.client is FedProtoClient and m.server is MeanPrototypeServer
+    assert m.client is FedProtoClient and m.server is FedProtoServer
     assert m.defaults == {"mu": 2.0}
 
 
 def test_mse_term_hand_numbers():
     module = make_client()
     protos = torch.tensor([[0.0, 0.0], [1.0, 1.0], [NAN, NAN]])
-    module.start_round(1, {"global_protos": protos}, None)
+    module.start_round(1, FedProtoRound(global_protos=protos), module.net.state_dict())
     z = torch.tensor([[1.0, 2.0], [3.0, 4.0], [5.0, 6.0]])
     y = torch.tensor([0, 1, 2])
     # per sample mean over dims: (1 + 4)/2 = 2.5, (4 + 9)/2 = 6.5, class 2 absent: 0; batch mean 3; mu 2
     assert float(module.extra_loss(None, y, None, z)) == pytest.approx(6.0)
-    module.hp["mu"] = 0.5
+    module.hparams["mu"] = 0.5
     assert float(module.extra_loss(None, y, None, z)) == pytest.approx(1.5)
 
 
 def test_mse_term_gradient():
     module = make_client()
-    module.start_round(1, {"global_protos": torch.tensor([[0.0, 0.0], [1.0, 1.0]])}, None)
+    module.start_round(1, FedProtoRound(global_protos=torch.tensor([[0.0, 0.0], [1.0, 1.0]])), module.net.state_dict())
     z = torch.tensor([[1.0, 2.0], [3.0, 4.0]], requires_grad=True)
     module.extra_loss(None, torch.tensor([0, 1]), None, z).backward()
     # d/dz of mu * (1/B) * (1/D) * sum (z - G_y)^2 = mu * 2 (z - G_y) / (B D) = (z - G_y)
@@ -47,18 +47,18 @@ def test_mse_term_gradient():
 
 def test_round0_has_no_term():
     module = make_client()
-    module.start_round(0, {}, None)
+    module.start_round(0, None, module.net.state_dict())
     assert module.extra_loss(None, torch.tensor([0]), None, torch.ones(1, 2)) is None
 
 
 def test_server_mean_prototypes_unweighted_over_holders():
-    rule = MeanPrototypeServer({"mu": 2.0}, 4, 2, 5, [])
+    rule = FedProtoServer({"mu": 2.0}, 4, 2, 5, [])
     client_protos = {
         0: {0: torch.tensor([1.0, 1.0]), 1: torch.tensor([2.0, 0.0])},
         5: {0: torch.tensor([3.0, 5.0])},
         2: {0: torch.tensor([2.0, 0.0]), 3: torch.tensor([-1.0, 4.0])},
     }
-    g = rule.payload(client_protos, 0)["global_protos"]
+    g = rule.payload(client_protos, 0).global_protos
     assert g.shape == (4, 2)
     torch.testing.assert_close(g[0], torch.tensor([2.0, 2.0]))  # (1+3+2)/3, (1+5+0)/3
     torch.testing.assert_close(g[1], torch.tensor([2.0, 0.0]))  # held by one client

@@ -6,19 +6,20 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from benchmark import server
 from benchmark.methods import METHODS
 from benchmark.transforms import normalize
+from lightning_modules.fedavg import FedAvgServer
 from lightning_modules.fedprox import FedProxClient
+from lightning_modules.resnet import ResNet10
 
 
 def make_client(**hp):
-    return FedProxClient(**{**METHODS["fedprox"].defaults, **hp})
+    return FedProxClient(ResNet10(10), {**METHODS["fedprox"].defaults, **hp})
 
 
 def test_registry_defaults():
     m = METHODS["fedprox"]
-    assert m.client is FedProxClient and m.server is server.ServerRule
+    assert m.client is FedProxClient and m.server is FedAvgServer
     assert m.defaults == {"mu": 0.01}  # not the official code's effective 0.01 * 0.01 / 2
 
 
@@ -28,7 +29,7 @@ def test_proximal_term_hand_numbers_tiny_net():
     with torch.no_grad():
         module.net.weight.copy_(torch.tensor([[1.0, 2.0]]))
         module.net.bias.copy_(torch.tensor([3.0]))
-    module.start_round(1, {}, module.net.state_dict())
+    module.start_round(1, None, module.net.state_dict())
     assert float(module.extra_loss(None, None, None, None).detach()) == 0.0  # at the global weights
     with torch.no_grad():
         module.net.weight.copy_(torch.tensor([[1.5, 1.0]]))  # delta (0.5, -1), bias unchanged
@@ -42,7 +43,7 @@ def test_proximal_term_hand_numbers_tiny_net():
 def test_proximal_term_and_gradient_on_resnet10_every_parameter():
     torch.manual_seed(0)
     module = make_client()
-    module.start_round(1, {}, module.net.state_dict())
+    module.start_round(1, None, module.net.state_dict())
     params = list(module.net.parameters())
     assert sum(p.numel() for p in params) == 4_903_242
     gen = torch.Generator().manual_seed(1)
@@ -63,7 +64,7 @@ def test_proximal_term_and_gradient_on_resnet10_every_parameter():
 def test_global_snapshot_is_a_copy_and_training_step_is_ce_plus_term():
     torch.manual_seed(0)
     module = make_client(mu=2.0)  # a large mu so the term is visible next to CE
-    module.start_round(1, {}, module.net.state_dict())
+    module.start_round(1, None, module.net.state_dict())
     with torch.no_grad():
         for p in module.net.parameters():
             p.add_(0.001)

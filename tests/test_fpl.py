@@ -11,9 +11,10 @@ import torch.nn.functional as F
 
 from benchmark.data import to_tensor_images
 from benchmark.prototypes import cluster_prototypes, mean_prototypes
-from benchmark.server import FPLServer
 from benchmark.transforms import normalize
 from lightning_modules.base import ClientModule
+from lightning_modules.fpl import FPLServer
+from lightning_modules.resnet import ResNet10
 from lightning_modules.losses import cpcl_loss, upcr_loss
 
 with warnings.catch_warnings():
@@ -245,9 +246,9 @@ def test_fpl_server_payload():
     rule = FPLServer({}, 4, DIM, 3, [])
     pay = rule.payload(_client_protos(), 0)
     protos, labels, unbiased = cluster_prototypes(_client_protos(), 4, DIM)
-    assert torch.equal(pay["cluster_protos"], protos) and torch.equal(pay["cluster_labels"], labels)
-    assert torch.equal(pay["unbiased_protos"].nan_to_num(-1), unbiased.nan_to_num(-1))
-    assert torch.equal(pay["global_protos"].nan_to_num(-1), mean_prototypes(_client_protos(), 4, DIM).nan_to_num(-1))
+    assert torch.equal(pay.cluster_protos, protos) and torch.equal(pay.cluster_labels, labels)
+    assert torch.equal(pay.unbiased_protos.nan_to_num(-1), unbiased.nan_to_num(-1))
+    assert torch.equal(pay.global_protos.nan_to_num(-1), mean_prototypes(_client_protos(), 4, DIM).nan_to_num(-1))
 
 
 # --------------------------------------------------------------------------- local prototypes
@@ -262,7 +263,7 @@ def usps(data_root):
 def test_local_prototypes_are_means_of_the_last_epoch(usps):
     x, y = usps
     torch.manual_seed(0)
-    module = ClientModule(num_classes=10, lr=0.1)
+    module = ClientModule(ResNet10(10), lr=0.1)
     opt = module.configure_optimizers()
     module.train()
     dropped = int(y[0])  # a class seen in epoch 1 only

@@ -11,8 +11,8 @@ import torch
 
 from benchmark.config import ConfigError, RunConfig
 from benchmark.methods import METHODS, TABLE2_METHODS
-from benchmark.server import FPLServer
-from lightning_modules.fpl import FPLClient
+from lightning_modules.fpl import FPLClient, FPLRound, FPLServer
+from lightning_modules.resnet import ResNet10
 from lightning_modules.losses import cpcl_loss, upcr_loss
 
 NAN = float("nan")
@@ -53,8 +53,8 @@ def case():
     for k in range(3):
         unbiased[k] = cluster[cluster_labels == k].mean(dim=0)
         glob[k] = torch.rand(dim, generator=gen)  # deliberately not the unbiased ones
-    payload = {"cluster_protos": cluster, "cluster_labels": cluster_labels, "unbiased_protos": unbiased,
-               "global_protos": glob}
+    payload = FPLRound(cluster_protos=cluster, cluster_labels=cluster_labels, unbiased_protos=unbiased,
+                       global_protos=glob)
     tau = 0.02
     terms = {
         "cpcl_cluster": ref_cpcl(z, y, cluster, cluster_labels, tau),
@@ -73,9 +73,9 @@ def test_reference_terms_are_distinct(case):
 
 def test_loss_functions_against_per_sample_reference(case):
     z, y, p, terms = case
-    assert float(cpcl_loss(z, y, p["cluster_protos"], p["cluster_labels"], 0.02)) == pytest.approx(
+    assert float(cpcl_loss(z, y, p.cluster_protos, p.cluster_labels, 0.02)) == pytest.approx(
         terms["cpcl_cluster"], rel=1e-4)
-    assert float(upcr_loss(z, y, p["unbiased_protos"])) == pytest.approx(terms["upcr_unbiased"], rel=1e-5)
+    assert float(upcr_loss(z, y, p.unbiased_protos)) == pytest.approx(terms["upcr_unbiased"], rel=1e-5)
 
 
 @pytest.mark.parametrize("name,expected", [
@@ -89,10 +89,10 @@ def test_ablation_switches_change_exactly_their_terms(case, name, expected):
     z, y, payload, terms = case
     m = METHODS[name]
     assert m.client is FPLClient and m.server is FPLServer
-    module = m.client(**m.defaults)
-    module.start_round(0, {}, None)
+    module = m.client(ResNet10(10), m.defaults)
+    module.start_round(0, None, module.net.state_dict())
     assert module.extra_loss(None, y, None, z) is None  # round 0: no prototypes, CE alone
-    module.start_round(4, payload, None)
+    module.start_round(4, payload, module.net.state_dict())
     got = float(module.extra_loss(None, y, None, z))
     assert got == pytest.approx(sum(terms[t] for t in expected), rel=1e-4)
 

@@ -9,12 +9,16 @@ prototypes, losses and per-client state must agree within relative 1e-9.
 """
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 import torch
 
+from benchmark.config import RunConfig
 from benchmark.data import to_tensor_images
 from benchmark.methods import METHODS
+from benchmark.server import weighted_mean
 from lightning_modules.fused import fit_fused
 from ray_jobs.clients import ClientGroup, resolve_engine
 from tiny_net import TinyNet
@@ -36,12 +40,11 @@ def shards(data_root):
 def make_group(method: str, engine: str, shards, dtype, precision="32-true") -> ClientGroup:
     spec = METHODS[method]
     group = ClientGroup.__new__(ClientGroup)
-    group.cfg = {"seed": 3, "local_epochs": 2, "batch_size": 4, "method": method, "engine": engine}
+    group.cfg = RunConfig(method=method, seed=3, local_epochs=2, batch_size=4, engine=engine)
     group.device = torch.device("cpu")
     group.clients = [{"id": c, "domain": "usps"} for c in SIZES]
     group.data = shards
-    group.module = spec.client(num_classes=10, lr=0.05, momentum=0.9, weight_decay=1e-3, **spec.defaults)
-    group.module.net = TinyNet(10)
+    group.module = spec.client(TinyNet(10), spec.defaults, lr=0.05, momentum=0.9, weight_decay=1e-3)
     group.module.to(dtype)
     group.module.precision_mode = precision
     group.client_states = {}
@@ -55,10 +58,10 @@ def run_rounds(method, engine, shards, dtype, rounds=2, precision="32-true"):
     state = {k: v.to(dtype) for k, v in TinyNet(10).state_dict().items()}
     keys = [k for k, _ in TinyNet(10).named_parameters()]
     rule = spec.server(spec.defaults, 10, TinyNet.feature_dim, 10, keys)  # of 10 rounds: FedProc's weight a > 0
-    group, payload, results = make_group(method, engine, shards, dtype, precision), {}, []
+    group, payload, results = make_group(method, engine, shards, dtype, precision), None, []
     for r in range(rounds):
         res = group.train(state, payload, r)
-        mean64 = {k: v / res["weight"] for k, v in res["sum"].items()}
+        mean64 = weighted_mean([res["sum"]], [res["weight"]])
         state = rule.aggregate(state, mean64, r)
         payload = rule.payload(res["protos"], r)
         results.append((res, {c: group.client_states.get(c) for c in SIZES}))
@@ -141,7 +144,7 @@ def test_fit_fused_refuses_clients_of_unequal_size(shards):
 def test_engine_groups_clients_of_equal_size(shards):
     group = make_group("fedavg", "fused", shards, torch.float64)
     assert [[c["id"] for c in g] for g in group.subgroups()] == [[0, 2], [1, 4], [3]]
-    group.cfg["engine"] = "sequential"
+    group.cfg = dataclasses.replace(group.cfg, engine="sequential")
     assert [[c["id"] for c in g] for g in group.subgroups()] == [[c] for c in SIZES]
 
 

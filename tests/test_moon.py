@@ -8,11 +8,13 @@ import math
 import pytest
 import torch
 
-from benchmark import server
+from benchmark.config import RunConfig
 from benchmark.methods import METHODS
 from benchmark.transforms import normalize
 from lightning_modules.base import fit_local
-from lightning_modules.moon import MOONClient, moon_loss
+from lightning_modules.fedavg import FedAvgServer
+from lightning_modules.losses import moon_loss
+from lightning_modules.moon import MOONClient
 from lightning_modules.resnet import ResNet10
 from ray_jobs.clients import ClientGroup
 from tiny_net import TinyNet
@@ -28,10 +30,7 @@ def initial_state(seed: int = 0, net=ResNet10) -> dict:
 
 
 def make_client(tiny_net: bool = False, **hp) -> MOONClient:
-    module = MOONClient(**{**METHODS["moon"].defaults, **hp})
-    if tiny_net:
-        module.net = TinyNet(10)
-    return module
+    return MOONClient(TinyNet(10) if tiny_net else ResNet10(10), {**METHODS["moon"].defaults, **hp})
 
 
 def assert_state_equal(a: dict, b: dict):
@@ -59,7 +58,7 @@ def ref_moon(z, zg, zp, t):
 
 def test_registry_defaults():
     m = METHODS["moon"]
-    assert m.client is MOONClient and m.server is server.ServerRule
+    assert m.client is MOONClient and m.server is FedAvgServer
     assert m.defaults == {"mu": 5.0, "temperature": 0.5}
 
 
@@ -85,9 +84,7 @@ def test_moon_loss_random_against_per_sample_reference():
 def test_round0_previous_is_starting_model_and_nets_frozen():
     start = initial_state()
     module = make_client()
-    module.net.load_state_dict(start)
-    module.load_client_state(None)
-    module.start_round(0, {}, start)
+    module.start_round(0, None, start, client_state=None)
     assert_state_equal(module.global_net.state_dict(), start)
     assert_state_equal(module.previous_net.state_dict(), start)
     frozen = list(module.global_net.parameters()) + list(module.previous_net.parameters())
@@ -108,9 +105,7 @@ def test_extra_loss_uses_frozen_eval_features_of_global_and_previous():
     glob = initial_state(0, TinyNet)
     prev = initial_state(1, TinyNet)  # this client's model of its last round
     module = make_client(tiny_net=True)
-    module.net.load_state_dict(glob)
-    module.load_client_state(prev)
-    module.start_round(3, {}, glob)
+    module.start_round(3, None, glob, client_state=prev)
     module.train()
     x, y = normalize(images(4, 2)), torch.tensor([0, 1, 2, 3])
     logits, z = module.net(x)
@@ -128,9 +123,7 @@ def test_extra_loss_uses_frozen_eval_features_of_global_and_previous():
 def test_client_state_is_trained_weights_and_becomes_next_previous():
     start = initial_state(0, TinyNet)
     module = make_client(tiny_net=True)
-    module.net.load_state_dict(start)
-    module.load_client_state(None)
-    module.start_round(0, {}, start)
+    module.start_round(0, None, start, client_state=None)
     frozen_before = {k: v.clone() for k, v in module.global_net.state_dict().items()}
     fit_local(module, images(4, 3), torch.tensor([0, 1, 0, 1]), 1, 4, torch.Generator().manual_seed(0))
     # the frozen global model (BN statistics included) did not move during training
@@ -145,9 +138,7 @@ def test_client_state_is_trained_weights_and_becomes_next_previous():
     assert_state_equal(state, trained)
 
     new_global = initial_state(5, TinyNet)
-    module.net.load_state_dict(new_global)
-    module.load_client_state(state)
-    module.start_round(1, {}, new_global)
+    module.start_round(1, None, new_global, client_state=state)
     assert_state_equal(module.previous_net.state_dict(), trained)
     assert_state_equal(module.global_net.state_dict(), new_global)
 
@@ -156,7 +147,7 @@ def test_client_state_is_trained_weights_and_becomes_next_previous():
 def make_group(client_ids, data) -> ClientGroup:
     """A ClientGroup (the real per-client state protocol of `train`) with injected tiny data."""
     group = ClientGroup.__new__(ClientGroup)
-    group.cfg = {"seed": 0, "local_epochs": 1, "batch_size": 4, "method": "moon"}
+    group.cfg = RunConfig(method="moon", seed=0, local_epochs=1, batch_size=4)
     group.device = torch.device("cpu")
     group.clients = [{"id": c, "domain": "mnist"} for c in client_ids]
     group.data = {c: data[c] for c in client_ids}
@@ -165,8 +156,8 @@ def make_group(client_ids, data) -> ClientGroup:
     seen = group.previous_seen = []
     original = group.module.start_round
 
-    def spy(round_idx, payload, global_state):
-        original(round_idx, payload, global_state)
+    def spy(round_idx, payload, global_state, client_state):
+        original(round_idx, payload, global_state, client_state)
         seen.append({k: v.clone() for k, v in group.module.previous_net.state_dict().items()})
 
     group.module.start_round = spy
@@ -178,9 +169,9 @@ def test_two_clients_on_one_module_keep_their_own_previous_model():
     g0 = initial_state(0, TinyNet)
     both, alone = make_group([7, 9], data), {c: make_group([c], data) for c in (7, 9)}
 
-    res0 = both.train(g0, {}, 0)
+    res0 = both.train(g0, None, 0)
     for c in (7, 9):
-        alone[c].train(g0, {}, 0)
+        alone[c].train(g0, None, 0)
     assert_state_equal(both.previous_seen[0], g0)  # round 0: previous = starting model
     assert_state_equal(both.previous_seen[1], g0)
     # each client's stored state is its own trained model: the weights it trained alone
@@ -189,14 +180,14 @@ def test_two_clients_on_one_module_keep_their_own_previous_model():
         assert_state_equal(trained0[c], alone[c].client_states[c])
     assert states_differ(trained0[7], trained0[9])
     # and it is the client's trained weights (the one-client group's weighted sum / weight)
-    res_alone7 = make_group([7], data).train(g0, {}, 0)
+    res_alone7 = make_group([7], data).train(g0, None, 0)
     for k, v in trained0[7].items():
         torch.testing.assert_close(v, (res_alone7["sum"][k] / res_alone7["weight"]).to(v.dtype), rtol=0, atol=0)
 
     g1 = {k: (res0["sum"][k] / res0["weight"]).to(g0[k].dtype) for k in g0}
-    both.train(g1, {}, 1)
+    both.train(g1, None, 1)
     for c in (7, 9):
-        alone[c].train(g1, {}, 1)
+        alone[c].train(g1, None, 1)
     # round 1: the previous model of each client is its own round-0 model, not the other's, not reset
     assert_state_equal(both.previous_seen[2], trained0[7])
     assert_state_equal(both.previous_seen[3], trained0[9])

@@ -10,6 +10,7 @@ class TinyNet(nn.Module):
 
     def __init__(self, num_classes: int = 10):
         super().__init__()
+        self.num_classes = num_classes
         self.conv = nn.Conv2d(3, 6, 3, stride=2, padding=1)
         self.bn = nn.BatchNorm2d(6)
         self.classifier = nn.Linear(6, num_classes)

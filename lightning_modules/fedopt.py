@@ -1,0 +1,30 @@
+"""FedOpt (server SGD with momentum): clients train CE only (`FedAvgClient`).
+
+Sashank J. Reddi, Zachary Charles, Manzil Zaheer, Zachary Garrett, Keith Rush, Jakub Konečný,
+Sanjiv Kumar, H. Brendan McMahan. "Adaptive Federated Optimization." ICLR 2021.
+
+Server: SGD with momentum on the pseudo-gradient w_global - mean(w_clients) of the
+parameters; BatchNorm buffers take the mean (README deviation 10).
+"""
+from __future__ import annotations
+
+import torch
+
+from benchmark.server import State, cast_like
+from lightning_modules.fedavg import FedAvgServer
+
+
+class FedOptServer(FedAvgServer):
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.momentum_buf: State = {}
+
+    def aggregate(self, global_state, mean64, round_idx):
+        new = dict(mean64)
+        for k in self.param_keys:
+            grad = global_state[k].to(torch.float64) - mean64[k]
+            buf = self.momentum_buf.get(k)
+            buf = grad if buf is None else self.hparams["server_momentum"] * buf + grad
+            self.momentum_buf[k] = buf
+            new[k] = global_state[k].to(torch.float64) - self.hparams["server_lr"] * buf
+        return cast_like(new, global_state)
