@@ -9,6 +9,8 @@ import dataclasses
 import json
 from dataclasses import dataclass, field
 
+import numpy as np
+
 from benchmark.data import DATASETS, IMAGE_SIZE
 
 ENGINES = ("auto", "sequential", "fused")  # client training engines (ray_jobs.clients)
@@ -25,6 +27,7 @@ SPLITS: dict[str, dict[str, dict[str, int]]] = {
     },
 }
 DEFAULT_SPLIT = {"digits": "code", "office_caltech": "default"}
+RANDOM_SPLIT = "random"  # the split drawn from the seed, as RethinkFL's --rand_dataset does (`reference_random_split`)
 # share of a domain's training set each client takes
 CLIENT_PCT = {"digits": 0.01, "office_caltech": 0.2}
 
@@ -42,6 +45,25 @@ DATASET_SPECS: dict[str, DatasetSpec] = {
     "digits": DatasetSpec(num_classes=10, model="resnet10", image_size=IMAGE_SIZE),
     "office_caltech": DatasetSpec(num_classes=10, model="resnet10", image_size=IMAGE_SIZE),
 }
+
+
+def reference_random_split(dataset: str, seed: int, max_per_domain: int = 10) -> dict[str, int]:
+    """Clients per domain drawn from the seed as RethinkFL's `utils/training.py` does with `--rand_dataset`.
+
+    There, after `np.random.seed(seed)` and before any other draw from numpy's
+    global stream, every client's domain is `np.random.choice(domains)`, redrawn
+    whole while a domain gets more than 10 clients: Digits draws all 20 clients;
+    Office-Caltech draws 6 and adds one client of each domain. Seed 0 gives the
+    `code` / `default` presets.
+    """
+    domains = list(DATASETS[dataset])
+    total = sum(SPLITS[dataset][DEFAULT_SPLIT[dataset]].values())
+    each = 0 if dataset == "digits" else 1  # Office: one client of every domain on top of the draw
+    rng = np.random.RandomState(seed)  # numpy's legacy stream, as np.random.seed(seed) sets it
+    while True:
+        counts = np.bincount(rng.choice(len(domains), size=total - each * len(domains)), minlength=len(domains)) + each
+        if counts.max() <= max_per_domain:
+            return dict(zip(domains, counts.tolist()))
 
 
 class ConfigError(ValueError):
@@ -89,9 +111,10 @@ class RunConfig:
         set_ = lambda name, value: object.__setattr__(self, name, value)  # noqa: E731 (frozen)
         if self.split is None:
             set_("split", DEFAULT_SPLIT[self.dataset])
-        if self.split not in SPLITS[self.dataset]:
+        if self.split not in [*SPLITS[self.dataset], RANDOM_SPLIT]:
             raise ConfigError(
-                f"unknown split {self.split!r} for {self.dataset}; choose one of: {', '.join(SPLITS[self.dataset])}."
+                f"unknown split {self.split!r} for {self.dataset}; "
+                f"choose one of: {', '.join([*SPLITS[self.dataset], RANDOM_SPLIT])}."
             )
         all_domains = list(DATASETS[self.dataset])
         if self.domains is None:
@@ -130,7 +153,10 @@ class RunConfig:
 
     @property
     def clients_per_domain(self) -> dict[str, int]:
-        split = SPLITS[self.dataset][self.split]
+        if self.split == RANDOM_SPLIT:
+            split = reference_random_split(self.dataset, self.seed)
+        else:
+            split = SPLITS[self.dataset][self.split]
         return {d: split[d] for d in self.domains}
 
     @property

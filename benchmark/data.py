@@ -218,9 +218,10 @@ def partition_domain(
 ) -> list[np.ndarray]:
     """Clients in order each take int(pct * N) indices from a seeded permutation of what remains.
 
-    `fraction` scales every client's count (small settings for tests); with
-    `fill_missing_classes` (Office-Caltech) a class absent from a client gets one
-    sample of it drawn from the whole training set of the domain.
+    `fraction` scales every client's count (small settings for tests). With
+    `fill_missing_classes` (Office-Caltech) a client missing a class swaps, as
+    RethinkFL's `partition_office_domain_skew_loaders_new` does, one of its
+    samples for one of that class: see `fill_by_swap`.
     """
     n = len(labels)
     per_client = int(pct * n)
@@ -241,15 +242,29 @@ def partition_domain(
     shards = []
     for _ in range(num_clients):
         perm = rng.permutation(remaining)
-        shards.append(np.sort(perm[:per_client]))
-        remaining = perm[per_client:]
-    if fill_missing_classes:
-        for c, shard in enumerate(shards):
-            missing = np.setdiff1d(np.unique(labels), labels[shard])
-            extra = [rng.choice(np.flatnonzero(labels == k)) for k in missing]
-            if extra:
-                shards[c] = np.concatenate([shard, np.asarray(extra, dtype=shard.dtype)])
+        shard = perm[:per_client]
+        if fill_missing_classes:
+            shard = fill_by_swap(shard, labels, rng)
+        shards.append(np.sort(shard))
+        remaining = perm[~np.isin(perm, shard)]  # what the client gave back returns to the pool
     return shards
+
+
+def fill_by_swap(shard: np.ndarray, labels: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+    """For each class the shard lacks (ascending): add one sample of it drawn from the whole training
+    set of the domain, and remove one sample of a class the shard holds at least twice (class drawn,
+    then sample drawn), so the client keeps its size. When no class is held twice (tiny settings
+    only), the sample is added without a removal."""
+    shard = list(shard)
+    for k in np.setdiff1d(np.unique(labels), labels[shard]):
+        add = rng.choice(np.flatnonzero(labels == k))
+        held, counts = np.unique(labels[shard], return_counts=True)
+        if (counts >= 2).any():
+            drop_class = rng.choice(held[counts >= 2])
+            of_class = [i for i, s in enumerate(shard) if labels[s] == drop_class]
+            del shard[rng.choice(of_class)]
+        shard.append(add)
+    return np.asarray(shard, dtype=np.int64)
 
 
 def eval_subset(n: int, cap: int | None) -> np.ndarray:

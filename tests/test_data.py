@@ -13,7 +13,7 @@ import torch
 import torchvision.transforms.functional as TF
 
 from benchmark import data as D
-from benchmark.config import CLIENT_PCT, SPLITS
+from benchmark.config import CLIENT_PCT, SPLITS, RunConfig, reference_random_split
 from benchmark.data import DataError, office_split, partition_domain, plan_clients, resolve_data_root, to_tensor_images
 
 # hand-known training set sizes (README of the shared data; Office by the i % 10 <= 7 rule)
@@ -82,6 +82,51 @@ def test_digits_partition_counts(data_root, preset):
     assert len(np.unique(pooled)) == len(pooled) and pooled.max() < DIGITS_TRAIN["svhn"]
 
 
+def rethinkfl_draw(dataset: str, seed: int) -> dict[str, int]:
+    """RethinkFL's utils/training.py with --rand_dataset, re-implemented on numpy's global stream as there:
+    np.random.seed(seed), then np.random.choice over the domain names, redrawn while a domain has > 10."""
+    from collections import Counter
+
+    domains = {"digits": ["mnist", "usps", "svhn", "syn"], "office_caltech": ["caltech", "amazon", "webcam", "dslr"]}[dataset]
+    saved = np.random.get_state()
+    try:
+        np.random.seed(seed)
+        while True:
+            if dataset == "office_caltech":  # parti_num 10: 6 drawn, plus one of each domain
+                chosen = list(np.random.choice(domains, size=10 - 4, replace=True, p=None)) + domains
+            else:  # parti_num 20
+                chosen = np.random.choice(domains, size=20, replace=True, p=None)
+            result = dict(Counter(chosen))
+            if all(v <= 10 for v in result.values()):
+                return {d: int(result.get(d, 0)) for d in domains}
+    finally:
+        np.random.set_state(saved)
+
+
+@pytest.mark.parametrize("dataset", ["digits", "office_caltech"])
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_random_split_draws_as_rethinkfl(dataset, seed):
+    cfg = RunConfig(method="fedavg", dataset=dataset, split="random", seed=seed)
+    assert cfg.clients_per_domain == rethinkfl_draw(dataset, seed)
+    assert cfg.run_name == f"fedavg-{dataset}-random-seed{seed}"
+    if seed == 0:  # seed 0 draws the fixed preset of the code
+        assert cfg.clients_per_domain == SPLITS[dataset][{"digits": "code", "office_caltech": "default"}[dataset]]
+    else:  # and other seeds other splits
+        assert cfg.clients_per_domain != rethinkfl_draw(dataset, 0)
+    assert sum(cfg.clients_per_domain.values()) == {"digits": 20, "office_caltech": 10}[dataset]
+
+
+def test_random_split_values_seeds_1_2():
+    assert reference_random_split("digits", 1) == {"mnist": 7, "usps": 6, "svhn": 2, "syn": 5}
+    assert reference_random_split("digits", 2) == {"mnist": 4, "usps": 3, "svhn": 4, "syn": 9}
+    assert reference_random_split("office_caltech", 1) == {"caltech": 3, "amazon": 3, "webcam": 1, "dslr": 3}
+    assert reference_random_split("office_caltech", 2) == {"caltech": 3, "amazon": 2, "webcam": 2, "dslr": 3}
+    # the default stays the fixed preset whatever the seed; --domains keeps the drawn counts of the others
+    assert RunConfig(dataset="digits", seed=2).clients_per_domain == SPLITS["digits"]["code"]
+    assert RunConfig(dataset="digits", split="random", seed=2, domains=["usps", "syn"]).clients_per_domain == {
+        "usps": 3, "syn": 9}
+
+
 def test_digits_four_domains_with_small_svhn(full_digits_root):
     # full_digits_root's SVHN train holds 800 images: int(0.01 * 800) = 8 per client
     clients = plan_clients(full_digits_root, "digits", SPLITS["digits"]["code"], 0.01, seed=3)
@@ -96,33 +141,59 @@ def test_client_fraction_scales_counts(data_root):
 
 
 def test_office_partition_counts_and_fill(data_root):
+    """Every Office client keeps int(0.2 N) samples and holds all 10 classes (RethinkFL's swap)."""
     split = SPLITS["office_caltech"]["default"]
     assert split == {"caltech": 3, "amazon": 2, "webcam": 1, "dslr": 4}
     assert CLIENT_PCT["office_caltech"] == 0.2
-    filled_somewhere = False
+    swapped = 0
     for seed in (0, 1):
         clients = plan_clients(data_root, "office_caltech", split, 0.2, seed=seed)
         order = list(D.DATASETS["office_caltech"])
         for d, cs in _by_domain(clients).items():
             assert len(cs) == split[d]
             labels = _office_train_labels(data_root, d)
-            # the same partition without the fill: what each client drew from the pool
-            base = partition_domain(labels, split[d], 0.2, [seed, order.index(d)])
-            pooled = np.concatenate(base)
-            assert len(np.unique(pooled)) == len(pooled)  # disjoint before the fill
-            for c, b in zip(cs, base):
+            for c in cs:
                 idx = np.asarray(c["indices"])
-                assert len(b) == OFFICE_PER_CLIENT[d]
-                missing = set(range(10)) - set(labels[b].tolist())
-                assert c["num_samples"] == len(idx) == OFFICE_PER_CLIENT[d] + len(missing)
+                assert c["num_samples"] == len(idx) == len(np.unique(idx)) == OFFICE_PER_CLIENT[d]
                 assert set(labels[idx].tolist()) == set(range(10))  # every class present
-                assert set(b.tolist()) <= set(idx.tolist())
-                extra = np.setdiff1d(idx, b)
-                assert len(extra) == len(missing)
-                assert sorted(labels[extra].tolist()) == sorted(missing)  # one sample per missing class
-                assert extra.max(initial=0) < OFFICE_TRAIN[d]
-                filled_somewhere |= bool(missing)
-    assert filled_somewhere  # the dslr clients (25 images, 10 classes) do miss classes
+                assert idx.min() >= 0 and idx.max() < OFFICE_TRAIN[d]
+            # the first client's draw before the fill: the same partition without it
+            drawn = partition_domain(labels, split[d], 0.2, [seed, order.index(d)])[0]
+            first = np.asarray(cs[0]["indices"])
+            missing = set(range(10)) - set(labels[drawn].tolist())
+            added, removed = np.setdiff1d(first, drawn), np.setdiff1d(drawn, first)
+            assert len(added) == len(removed) == len(missing)  # one swap per missing class
+            assert sorted(labels[added].tolist()) == sorted(missing)
+            swapped += len(missing)
+    assert swapped  # the dslr clients (25 images, 10 classes) do miss classes
+
+
+def test_fill_by_swap_constructed_case():
+    """Classes 0 x3, 1 x1 held, 2 and 3 missing: each missing class comes in for a sample of class 0
+    (the only class held twice), so the client keeps 4 samples, one of each class."""
+    labels = np.array([0, 0, 0, 1, 1, 2, 3])
+    for seed in range(5):
+        out = D.fill_by_swap(np.array([0, 1, 2, 3]), labels, np.random.default_rng(seed))
+        assert len(out) == 4
+        assert np.bincount(labels[out], minlength=4).tolist() == [1, 1, 1, 1]
+        assert {3, 5, 6} <= set(out.tolist()) and len(set(out.tolist()) & {0, 1, 2}) == 1
+    # no class held twice (tiny settings only): the missing classes are added without a removal
+    out = D.fill_by_swap(np.array([0, 3]), labels, np.random.default_rng(0))
+    assert sorted(out.tolist()) == [0, 3, 5, 6]
+
+
+def test_swapped_out_sample_returns_to_the_pool():
+    """20 samples, 2 clients of 10; the one class-2 sample (19) is filled into both clients. A client that
+    swaps gives its removed sample back, so the second client still finds 10 samples in the pool (with
+    the removed sample lost it would find 9)."""
+    labels = np.array([0] * 10 + [1] * 9 + [2])
+    for seed in range(10):
+        a, b = partition_domain(labels, 2, 0.5, seed, fill_missing_classes=True)
+        assert len(a) == len(b) == 10
+        for shard in (a, b):
+            assert 19 in shard and np.bincount(labels[shard], minlength=3)[2] == 1
+        assert set(b.tolist()) - {19} <= set(range(20)) - set(a.tolist())
+        assert len(set(a.tolist()) | set(b.tolist())) == 19  # all but the second client's removed sample
 
 
 def test_partition_is_seeded(data_root):
