@@ -50,6 +50,8 @@ def _check_fpl(hp):
         raise HyperparameterError(f"upcr_target must be unbiased or global (got {hp['upcr_target']!r}).")
     if hp["cpcl_protos"] not in ("cluster", "global"):
         raise HyperparameterError(f"cpcl_protos must be cluster or global (got {hp['cpcl_protos']!r}).")
+    if hp["upcr_reduction"] not in ("mean", "sum"):
+        raise HyperparameterError(f"upcr_reduction must be one of mean, sum (got {hp['upcr_reduction']!r}).")
 
 
 @dataclass(frozen=True)
@@ -125,6 +127,7 @@ FPL_DEFAULTS = dict(
     upcr=True,  # Table 1: the unbiased prototype consistency term on/off
     upcr_target="unbiased",  # Table 3: UPCR towards the unbiased (U) or the plain mean "global" (G) prototypes (dev. 13)
     cpcl_protos="cluster",  # Fig. 5: CPCL against the FINCH cluster (dev. 6) or the "global" mean prototypes
+    upcr_reduction="mean",  # UPCR over the feature dimensions: the code's "mean" or the paper's Eq. 10 "sum" (dev. 17)
 )
 
 

@@ -48,7 +48,7 @@ class FPLClient(ClientModule):
             loss = loss + cpcl_loss(z, y, protos, proto_labels, hp["tau"])
         if hp["upcr"]:
             target = p.unbiased_protos if hp["upcr_target"] == "unbiased" else p.global_protos
-            loss = loss + upcr_loss(z, y, target)
+            loss = loss + upcr_loss(z, y, target, hp["upcr_reduction"])
         return loss
 
 

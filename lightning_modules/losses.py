@@ -29,16 +29,19 @@ def cpcl_loss(
     return per_sample.mean()
 
 
-def upcr_loss(features: torch.Tensor, labels: torch.Tensor, unbiased_prototypes: torch.Tensor) -> torch.Tensor:
+def upcr_loss(features: torch.Tensor, labels: torch.Tensor, unbiased_prototypes: torch.Tensor,
+              reduction: str = "mean") -> torch.Tensor:
     """FPL's unbiased prototype consistent regularisation, batch mean.
 
-    Per sample: mean over the feature dimensions of (z - U_y)^2, on the raw
+    Per sample: the mean (the code's form, default) or the sum (`reduction="sum"`,
+    the paper's Eq. 10) over the feature dimensions of (z - U_y)^2, on the raw
     feature. `unbiased_prototypes[k]` is class k's; a row of NaN marks a class
     without a prototype, whose samples contribute 0.
     """
     target = unbiased_prototypes[labels]
     valid = ~torch.isnan(target).any(dim=1)
-    per_sample = ((features - torch.nan_to_num(target)) ** 2).mean(dim=1)
+    sq = (features - torch.nan_to_num(target)) ** 2
+    per_sample = sq.sum(dim=1) if reduction == "sum" else sq.mean(dim=1)
     return (per_sample * valid).mean()
 
 

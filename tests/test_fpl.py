@@ -123,6 +123,16 @@ def test_upcr_hand_value():
     assert upcr_loss(z, y, unbiased).item() == pytest.approx((7.5 + 0 + 2.25) / 3, rel=1e-14)
 
 
+def test_upcr_sum_reduction_is_the_papers_eq10():
+    """The paper's Eq. 10 sums (z - U_y)^2 over the feature dimensions; the code (default) takes the mean."""
+    z = torch.tensor([[1.0, 2.0, 3.0, 4.0], [1.0, 1.0, 1.0, 1.0], [3.0, 3.0, 3.0, 3.0]], dtype=torch.float64)
+    unbiased = torch.tensor([[0.0, 0.0, 0.0, 0.0], [float("nan")] * 4, [1.0, 2.0, 3.0, 5.0]], dtype=torch.float64)
+    y = torch.tensor([0, 1, 2])
+    # sample 0: 1 + 4 + 9 + 16 = 30; sample 1: no prototype, 0; sample 2: 4 + 1 + 0 + 4 = 9
+    assert upcr_loss(z, y, unbiased, "sum").item() == pytest.approx((30 + 0 + 9) / 3, rel=1e-14)
+    assert upcr_loss(z, y, unbiased, "mean").item() == pytest.approx((7.5 + 0 + 2.25) / 3, rel=1e-14)
+
+
 @pytest.mark.parametrize("seed", [0, 1])
 def test_upcr_matches_reference_value_and_gradient(seed):
     z, y, _, _ = _random_case(seed)

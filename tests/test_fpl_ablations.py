@@ -98,7 +98,8 @@ def test_ablation_switches_change_exactly_their_terms(case, name, expected):
 
 
 def test_ablation_defaults():
-    base = {"tau": 0.02, "cpcl": True, "upcr": True, "upcr_target": "unbiased", "cpcl_protos": "cluster"}
+    base = {"tau": 0.02, "cpcl": True, "upcr": True, "upcr_target": "unbiased", "cpcl_protos": "cluster",
+            "upcr_reduction": "mean"}
     assert METHODS["fpl"].defaults == base
     assert METHODS["fpl_cpcl_only"].defaults == {**base, "upcr": False}
     assert METHODS["fpl_upcr_only"].defaults == {**base, "cpcl": False}
@@ -117,7 +118,7 @@ BAD = [
     ("fedproc", "temperature", -1.0),
     ("fedproto", "mu", 0),
     ("fpl", "tau", 0), ("fpl", "tau", -0.02), ("fpl", "tau", "abc"),
-    ("fpl", "cpcl", "False"), ("fpl", "upcr", 1), ("fpl", "upcr_target", "mean"), ("fpl", "cpcl_protos", "local"),
+    ("fpl", "cpcl", "False"), ("fpl", "upcr", 1), ("fpl", "upcr_target", "mean"), ("fpl", "cpcl_protos", "local"), ("fpl", "upcr_reduction", "max"),
 ] + [(name, "tau", 0) for name in ABLATIONS[1:]]
 
 
