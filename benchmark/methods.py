@@ -34,8 +34,33 @@ def _positive(*names):
     return check
 
 
+def _choices(**allowed):
+    """A check that each named hyperparameter is one of its allowed values."""
+    def check(hp):
+        for n, values in allowed.items():
+            if hp[n] not in values:
+                raise HyperparameterError(f"{n} must be one of {', '.join(values)} (got {hp[n]!r}).")
+    return check
+
+
+def _boolean(*names):
+    def check(hp):
+        for n in names:
+            if not isinstance(hp[n], bool):
+                raise HyperparameterError(f"{n} must be true or false (got {hp[n]!r}).")
+    return check
+
+
+def _all(*checks):
+    def check(hp):
+        for c in checks:
+            c(hp)
+    return check
+
+
 def _check_fedopt(hp):
     _positive("server_lr")(hp)
+    _choices(weighting=("uniform", "samples"))(hp)
     m = hp["server_momentum"]
     if isinstance(m, bool) or not isinstance(m, (int, float)) or not 0 <= m < 1:
         raise HyperparameterError(f"server_momentum must be a number in [0, 1) (got {m!r}).")
@@ -43,15 +68,8 @@ def _check_fedopt(hp):
 
 def _check_fpl(hp):
     _positive("tau")(hp)
-    for n in ("cpcl", "upcr"):
-        if not isinstance(hp[n], bool):
-            raise HyperparameterError(f"{n} must be true or false (got {hp[n]!r}).")
-    if hp["upcr_target"] not in ("unbiased", "global"):
-        raise HyperparameterError(f"upcr_target must be unbiased or global (got {hp['upcr_target']!r}).")
-    if hp["cpcl_protos"] not in ("cluster", "global"):
-        raise HyperparameterError(f"cpcl_protos must be cluster or global (got {hp['cpcl_protos']!r}).")
-    if hp["upcr_reduction"] not in ("mean", "sum"):
-        raise HyperparameterError(f"upcr_reduction must be one of mean, sum (got {hp['upcr_reduction']!r}).")
+    _boolean("cpcl", "upcr")(hp)
+    _choices(upcr_target=("unbiased", "global"), cpcl_protos=("cluster", "global"), upcr_reduction=("mean", "sum"))(hp)
 
 
 @dataclass(frozen=True)
@@ -87,14 +105,20 @@ register(Method(
     name="moon", client=MOONClient, server=FedAvgServer,
     defaults=dict(
         mu=5.0,  # weight of the model-contrastive term
-        temperature=0.5,  # of the cosine similarities (dev. 12: frozen models in eval mode)
+        temperature=0.5,  # of the cosine similarities
+        frozen_mode="train",  # the frozen global/previous models in training mode, as RethinkFL's code, or "eval" (dev. 12)
+        initial_previous="own",  # round 0's previous model: the client's own initialisation, or the "global" one (dev. 12)
+        double_forward=True,  # BatchNorm running statistics move twice per step, as the code's two passes (dev. 18)
     ),
-    validate=_positive("mu", "temperature"), description="MOON",
+    validate=_all(_positive("mu", "temperature"),
+                  _choices(frozen_mode=("train", "eval"), initial_previous=("own", "global")),
+                  _boolean("double_forward")),
+    description="MOON",
 ))
 register(Method(
     name="feddyn", client=FedDynClient, server=FedDynServer,
     defaults=dict(
-        alpha=0.01,  # dynamic regulariser weight, client and server (dev. 9: the real algorithm)
+        alpha=0.01,  # dynamic regulariser weight, scaled per client by its data share as Acar et al.'s code (dev. 9)
     ),
     validate=_positive("alpha"), description="FedDyn",
 ))
@@ -103,6 +127,7 @@ register(Method(
     defaults=dict(
         server_lr=0.5,  # server SGD learning rate on the pseudo-gradient (dev. 10)
         server_momentum=0.9,  # server SGD momentum
+        weighting="uniform",  # the client mean: unweighted as RethinkFL's mean(dim=0), or by "samples" (dev. 10)
     ),
     validate=_check_fedopt, description="FedOpt (server SGD with momentum)",
 ))
@@ -117,8 +142,9 @@ register(Method(
     name="fedproto", client=FedProtoClient, server=FedProtoServer,
     defaults=dict(
         mu=2.0,  # weight of the MSE to the global prototype of the sample's class
+        double_forward=True,  # BatchNorm running statistics move twice per step, as the code's two passes (dev. 18)
     ),
-    validate=_positive("mu"), description="FedProto with parameter averaging",
+    validate=_all(_positive("mu"), _boolean("double_forward")), description="FedProto with parameter averaging",
 ))
 
 FPL_DEFAULTS = dict(

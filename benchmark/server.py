@@ -1,10 +1,12 @@
 """The server side shared by every method: float64 partial sums of client weights, and the rule interface.
 
-Each client group returns `accumulate`d sample-weighted sums of its clients'
-state_dicts; the driver adds them (`add_sums`) and divides by the total weight
-(`weighted_mean`); the method's `ServerRule` turns that mean into the next
-global state_dict (`aggregate`) and builds what the clients get with it
-(`payload`). The rules themselves live with their client modules, one file per
+A method's `ServerRule` declares how much each client counts in the mean
+(`client_weight`: its sample count, or 1 for an unweighted mean); each client group
+returns `accumulate`d sums of its clients' state_dicts with those weights; the
+driver adds them (`add_sums`) and divides by the total weight (`weighted_mean`);
+the rule turns that mean into the next global state_dict (`aggregate`), builds
+what the clients get with it (`payload`) and names the model the driver tests
+(`evaluated_state`: the global state, except for FedDyn). The rules themselves live with their client modules, one file per
 method under `lightning_modules/`.
 """
 from __future__ import annotations
@@ -33,7 +35,7 @@ def add_sums(a: State | None, b: State) -> State:
 
 
 def weighted_mean(sums: list[State], weights: list[float]) -> State:
-    """The sample-weighted mean (float64) from partial sums and the total weight behind each."""
+    """The weighted mean (float64) from partial sums and the total weight behind each."""
     total, acc = float(sum(weights)), None
     for s in sums:
         acc = add_sums(acc, s)
@@ -66,7 +68,7 @@ class ServerRule(ABC):
     """How one method's server makes the next global model and the clients' round state.
 
     One instance lives in the driver for the whole run, so a rule may keep state
-    across rounds (FedOpt's momentum, FedDyn's h).
+    across rounds (FedOpt's momentum, FedDyn's drift).
     """
 
     def __init__(self, hparams: dict, num_classes: int, feature_dim: int, rounds: int, param_keys: list[str]):
@@ -74,10 +76,20 @@ class ServerRule(ABC):
         self.num_classes, self.feature_dim, self.rounds = num_classes, feature_dim, rounds
         self.param_keys = param_keys  # keys of trainable parameters (not buffers)
 
+    @staticmethod
+    def client_weight(hparams: dict, num_samples: int) -> float:
+        """A client's weight in the mean the rule aggregates from (the client groups accumulate with it):
+        its sample count unless the rule overrides it."""
+        return float(num_samples)
+
+    def evaluated_state(self, global_state: State) -> State:
+        """The model the driver tests after the round: the global state the clients get next."""
+        return global_state
+
     @abstractmethod
     def aggregate(self, global_state: State, mean64: State, round_idx: int) -> State:
         """The next global state_dict (dtypes of `global_state`) from the current one and the float64
-        sample-weighted mean of the clients' trained state_dicts of round `round_idx`."""
+        `client_weight`-weighted mean of the clients' trained state_dicts of round `round_idx`."""
 
     @abstractmethod
     def payload(self, client_protos: dict[int, dict[int, torch.Tensor]], round_idx: int) -> RoundPayload | None:

@@ -10,7 +10,9 @@ and, where it needs them, two hooks of the round:
 - `start_round(round_idx, payload, global_state, client_state)`: loads the global weights,
   takes the round's payload (a frozen dataclass from the method's `ServerRule`, or None)
   and this client's state from its last round (None the first time);
-- `client_state()`: what this client must keep to its next round (None: stateless).
+- `client_state()`: what this client must keep to its next round (None: stateless);
+- `initial_client_state(seed, client)`: that state before the client's first round (None
+  unless the method needs one, e.g. FedDyn's alpha_k and zero h_k, MOON's own initialisation).
 
 The method's hyperparameters are `self.hparams` (Lightning's `save_hyperparameters`: an
 attribute dict of `RunConfig.hparams`); the optimiser's are `lr`, `momentum`, `weight_decay`.
@@ -25,7 +27,7 @@ progress bars or model summaries (see `make bench` for what that saves per clien
 
 The fused engine (`lightning_modules.fused`) runs the same hooks for several clients at
 once; for that, a client's own tensors that change during or between its rounds (its
-prototype sums here, FedDyn's correction, MOON's previous model) are parameters or
+prototype sums here, FedDyn's h_k, MOON's previous model) are parameters or
 buffers of the module, changed in place inside the hooks, never plain attributes; plain
 attributes set in `start_round` (the payload, the global weights) must be the same for
 every client of the round.
@@ -101,6 +103,10 @@ class ClientModule(L.LightningModule):
         """State of this client that must survive to its next round (None: stateless)."""
         return None
 
+    def initial_client_state(self, seed: int, client: dict):
+        """The state of a client before its first round (`client`: id, domain, num_samples, data_share)."""
+        return None
+
     # ------------------------------------------------------------------ loss hooks
     def forward(self, x: torch.Tensor):
         return self.net(x)
@@ -149,6 +155,16 @@ class ClientModule(L.LightningModule):
         """Class -> mean training-mode feature of that class over the last local epoch (CPU)."""
         sums, counts = self._proto_sum.cpu(), self._proto_count.cpu()
         return {int(k): sums[k] / counts[k] for k in torch.nonzero(counts).flatten()}
+
+
+def bn_updates_per_step(net: nn.Module, updates: int, momentum: float = 0.1) -> None:
+    """BatchNorm running statistics as if every training step ran `updates` forward passes in training
+    mode (RethinkFL's MOON and FedProto call the network twice per step): each pass uses the batch's
+    statistics, so outputs and gradients are those of one pass, and the running statistics move by
+    momentum 1 - (1 - m)^updates (0.19 for two). `num_batches_tracked` still counts one per step."""
+    for m in net.modules():
+        if isinstance(m, nn.modules.batchnorm._BatchNorm):
+            m.momentum = 1 - (1 - momentum) ** updates
 
 
 def batches(n: int, batch_size: int, generator: torch.Generator):

@@ -1,15 +1,23 @@
-"""FedDyn: dynamic regularisation, a per-client gradient correction and a server h-state.
+"""FedDyn: dynamic regularisation, as in Acar et al.'s code (`train_FedDyn`, `train_feddyn_mdl`).
 
 Durmus Alp Emre Acar, Yue Zhao, Ramon Matas Navarro, Matthew Mattina, Paul N. Whatmough,
 Venkatesh Saligrama. "Federated Learning Based on Dynamic Regularization." ICLR 2021.
 
-Client: CE - <g_k, w> + (alpha / 2) ||w - w_global||^2, where g_k is the client's
-gradient correction (its client state, kept across rounds; 0 at first), updated after
-local training: g_k <- g_k - alpha (w_k - w_global).
-Server: h <- h - alpha * mean(w_k - w_global); w <- mean(w_k) - h / alpha on the
-parameters; BatchNorm buffers take the mean (README deviation 9).
-The correction is held in buffers `correction_<i>` (one per parameter) so that the fused
-engine gives every client its own.
+Client: each client k scales alpha by its data share: alpha_k = alpha / (n_k / N * K)
+(K clients, N samples in all; `data_share` = n_k / mean n). Local objective, as coded
+there: CE + alpha_k <w, h_k - w_sent> + ((alpha_k + weight decay) / 2) ||w||^2, the
+quadratic term through SGD's weight decay; h_k, the client's state (0 at first),
+accumulates w_k - w_sent after each round. This is the paper's
+CE - <g_k, w> + (alpha_k / 2) ||w - w_sent||^2 with g_k = -alpha_k h_k, up to a constant.
+SGD keeps the protocol's momentum 0.9; no gradient clipping (README deviation 9).
+h_k is held in buffers `h_<i>` (one per parameter) so that the fused engine gives every
+client its own; alpha_k is a plain attribute, the same for the clients the fused engine
+trains together (they have the same size, hence the same share).
+
+Server: avg = the unweighted mean of the client models (`np.mean` over clients); the
+model sent to the clients is avg + drift, drift = sum over rounds of (avg - the model
+sent that round) = the mean over clients of their h_k. The model evaluated is avg
+(`avg_model`), not the one sent. Parameters only; BatchNorm buffers take the mean in both.
 """
 from __future__ import annotations
 
@@ -21,39 +29,50 @@ from lightning_modules.fedavg import FedAvgServer
 
 
 class FedDynClient(ClientModule):
-    def corrections(self) -> list[torch.Tensor]:
-        return [getattr(self, f"correction_{i}") for i in range(len(self.global_params))]
+    def initial_client_state(self, seed, client):
+        return {"alpha": self.hparams["alpha"] / client["data_share"],
+                "h": [torch.zeros_like(p) for p in self.net.parameters()]}
+
+    def hs(self) -> list[torch.Tensor]:
+        return [getattr(self, f"h_{i}") for i in range(len(self.sent))]
 
     def start_round(self, round_idx, payload, global_state, client_state=None):
         super().start_round(round_idx, payload, global_state, client_state)
-        self.global_params = [p.detach().clone() for p in self.net.parameters()]
-        for i, p in enumerate(self.global_params):
-            g = client_state[i] if client_state is not None else torch.zeros_like(p)
-            self.register_buffer(f"correction_{i}", g.detach().to(p).clone())
+        self.sent = [p.detach().clone() for p in self.net.parameters()]
+        self.alpha_k = client_state["alpha"]
+        for i, (h, p) in enumerate(zip(client_state["h"], self.sent)):
+            self.register_buffer(f"h_{i}", h.detach().to(p).clone(), persistent=False)
 
     def extra_loss(self, x, y, logits, z):
-        params = list(self.net.parameters())
-        linear = torch.stack([(g * p).sum() for g, p in zip(self.corrections(), params)]).sum()
-        prox = torch.stack([(p - w).pow(2).sum() for p, w in zip(params, self.global_params)]).sum()
-        return -linear + self.hparams["alpha"] / 2 * prox
+        params = self.net.parameters()
+        return self.alpha_k * torch.stack([(p * (h - w)).sum() for p, h, w in zip(params, self.hs(), self.sent)]).sum()
+
+    def configure_optimizers(self):
+        return torch.optim.SGD(self.net.parameters(), lr=self.lr, momentum=self.momentum,
+                               weight_decay=self.weight_decay + self.alpha_k)
 
     def client_state(self):
-        alpha = self.hparams["alpha"]
-        return [g - alpha * (p.detach() - w) for g, p, w in zip(self.corrections(), self.net.parameters(), self.global_params)]
+        h = [h + p.detach() - w for h, p, w in zip(self.hs(), self.net.parameters(), self.sent)]
+        return {"alpha": self.alpha_k, "h": h}
 
 
 class FedDynServer(FedAvgServer):
-    """The mean over clients is the sample-weighted mean (every client takes part each round)."""
+    @staticmethod
+    def client_weight(hparams, num_samples):
+        return 1.0
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
-        self.h: State = {}
+        self.drift: State = {}
+        self.avg: State | None = None
 
     def aggregate(self, global_state, mean64, round_idx):
-        alpha = self.hparams["alpha"]
-        new = dict(mean64)
+        sent = dict(mean64)
         for k in self.param_keys:
-            g = global_state[k].to(torch.float64)
-            self.h[k] = self.h.get(k, torch.zeros_like(g)) - alpha * (mean64[k] - g)
-            new[k] = mean64[k] - self.h[k] / alpha
-        return cast_like(new, global_state)
+            self.drift[k] = self.drift.get(k, 0.0) + (mean64[k] - global_state[k].to(torch.float64))
+            sent[k] = mean64[k] + self.drift[k]
+        self.avg = cast_like(mean64, global_state)
+        return cast_like(sent, global_state)
+
+    def evaluated_state(self, global_state):
+        return global_state if self.avg is None else self.avg

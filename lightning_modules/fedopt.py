@@ -4,7 +4,9 @@ Sashank J. Reddi, Zachary Charles, Manzil Zaheer, Zachary Garrett, Keith Rush, J
 Sanjiv Kumar, H. Brendan McMahan. "Adaptive Federated Optimization." ICLR 2021.
 
 Server: SGD with momentum on the pseudo-gradient w_global - mean(w_clients) of the
-parameters; BatchNorm buffers take the mean (README deviation 10).
+parameters; BatchNorm buffers take the mean (README deviation 10). The mean is
+unweighted over clients like RethinkFL's and MarsFL's `mean(dim=0)` (`weighting=uniform`,
+the default), or sample-weighted (`weighting=samples`).
 """
 from __future__ import annotations
 
@@ -15,6 +17,10 @@ from lightning_modules.fedavg import FedAvgServer
 
 
 class FedOptServer(FedAvgServer):
+    @staticmethod
+    def client_weight(hparams, num_samples):
+        return 1.0 if hparams["weighting"] == "uniform" else float(num_samples)
+
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
         self.momentum_buf: State = {}

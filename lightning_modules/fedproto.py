@@ -7,6 +7,8 @@ pp. 8432-8440.
 The server averages the weights (FedAvg) and sends the global prototypes: per class,
 the unweighted mean of the clients' local prototypes. The MSE to a class prototype is
 the same term as FPL's UPCR, against these plain means instead of the unbiased ones.
+`double_forward=true` (default): BatchNorm running statistics move twice per step, as
+with the reference's two forward passes (`bn_updates_per_step`; README deviation 18).
 """
 from __future__ import annotations
 
@@ -16,7 +18,7 @@ import torch
 
 from benchmark.prototypes import mean_prototypes
 from benchmark.server import RoundPayload
-from lightning_modules.base import ClientModule
+from lightning_modules.base import ClientModule, bn_updates_per_step
 from lightning_modules.fedavg import FedAvgServer
 from lightning_modules.losses import upcr_loss
 
@@ -28,6 +30,10 @@ class FedProtoRound(RoundPayload):
 
 class FedProtoClient(ClientModule):
     payload: FedProtoRound | None
+
+    def start_round(self, round_idx, payload, global_state, client_state=None):
+        super().start_round(round_idx, payload, global_state, client_state)
+        bn_updates_per_step(self.net, 2 if self.hparams["double_forward"] else 1)
 
     def extra_loss(self, x, y, logits, z):
         if self.payload is None:  # round 0: no prototypes yet

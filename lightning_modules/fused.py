@@ -1,7 +1,7 @@
 """The fused engine: several clients of one group trained as one batched computation.
 
 The clients' own tensors (the module's parameters and buffers after each client's
-`start_round`: weights, BatchNorm statistics, prototype sums, FedDyn's correction,
+`start_round`: weights, BatchNorm statistics, prototype sums, FedDyn's h_k,
 MOON's previous model) are stacked along a leading client dimension; the method's
 own hooks (`on_train_epoch_start`, `training_step`, hence `extra_loss`) run once for
 all of them through `torch.func.functional_call` under `torch.func.vmap`. Tensors

@@ -3,10 +3,12 @@
 The same class runs in-process (`--executor local`) and as a Ray actor. Clients
 of a group train one after another on one LightningModule whose weights are
 reloaded from the round's global state for each client; what a client must keep
-between rounds (MOON's previous model, FedDyn's correction) is stored per client
-id here, never in the shared module. The group returns the sample-weighted sum
-of its clients' weights, so weights leave an actor once per round, not once per
-client.
+between rounds (MOON's previous model, FedDyn's h_k) is stored per client id
+here, never in the shared module (a client seen for the first time gets the
+module's `initial_client_state`). The group returns the sum of its clients'
+weights, each weighted as the method's server rule asks (`client_weight`: the
+sample count, or 1 for an unweighted mean), so weights leave an actor once per
+round, not once per client.
 
 Engines (`engine` in the config): `sequential` trains the clients one after
 another with `fit_local`; `fused` trains the clients of equal size (equal step
@@ -88,12 +90,16 @@ class ClientGroup:
 
     def start_client(self, c: dict, global_state: State, payload: RoundPayload | None, round_idx: int) -> None:
         """Client c's starting state in the module: the global weights, its own state, the round's inputs."""
-        self.module.start_round(round_idx, payload, global_state, self.client_states.get(c["id"]))
+        state = (self.client_states[c["id"]] if c["id"] in self.client_states
+                 else self.module.initial_client_state(self.cfg.seed, c))
+        self.module.start_round(round_idx, payload, global_state, state)
 
     def train(self, global_state: State, payload: RoundPayload | None, round_idx: int) -> dict:
         """Train every client of the group from the global state and the payload of round round_idx;
-        return the sample-weighted partial sum of the trained weights, and per client its prototypes and loss."""
+        return the partial sum of the trained weights weighted by the rule's `client_weight`, its total
+        weight, and per client its prototypes and loss."""
         cfg = self.cfg
+        client_weight = METHODS[cfg.method].server.client_weight
         weight_sum, total, protos, losses = None, 0, {}, {}
         start = time.perf_counter()
         for members in self.subgroups():
@@ -119,8 +125,9 @@ class ClientGroup:
                 cid, n = c["id"], len(data[i][1])
                 losses[cid] = member_losses[i]
                 self.client_states[cid] = self.module.client_state()
-                weight_sum = accumulate(weight_sum, self.module.net.state_dict(), n)
-                total += n
+                w = client_weight(cfg.hparams, n)
+                weight_sum = accumulate(weight_sum, self.module.net.state_dict(), w)
+                total += w
                 protos[cid] = self.module.local_prototypes()
         return {"sum": {k: v.cpu() for k, v in weight_sum.items()}, "weight": total, "protos": protos, "losses": losses,
                 "train_s": time.perf_counter() - start}

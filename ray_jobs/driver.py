@@ -79,12 +79,16 @@ class Driver:
             dom = load_domain(Path(data_root), cfg.dataset, d, need_train=False)
             keep = eval_subset(len(dom.test_y), cfg.eval_max)
             self.test_sets[d] = (to_tensor_images(dom.test_x[keep]).to(self.device), torch.from_numpy(dom.test_y[keep]).to(self.device))
+        mean_size = float(np.mean([c["num_samples"] for c in clients]))  # data_share: n_k / mean n (FedDyn's alpha_k)
+        clients = [{**c, "data_share": c["num_samples"] / mean_size} for c in clients]
         executor = RayExecutor if cfg.executor == "ray" else LocalExecutor
         self.executor = executor(cfg, assign_groups(clients, cfg.num_actors), data_root)
 
     def final_state(self) -> dict[str, torch.Tensor]:
-        """The global model to keep in the run folder: floating tensors in float16 (half the size), on the CPU."""
-        return {k: (v.half() if v.is_floating_point() else v).cpu() for k, v in self.global_state.items()}
+        """The model to keep in the run folder, the one evaluated (`evaluated_state`): floating tensors in
+        float16 (half the size), on the CPU."""
+        state = self.rule.evaluated_state(self.global_state)
+        return {k: (v.half() if v.is_floating_point() else v).cpu() for k, v in state.items()}
 
     def test_sizes(self) -> dict[str, int]:
         return {d: len(y) for d, (_, y) in self.test_sets.items()}
@@ -125,8 +129,9 @@ class Driver:
 
     @torch.no_grad()
     def evaluate(self, batch_size: int = 1000) -> dict[str, float]:
-        """Accuracy (percent) of the global model, eval mode, on every domain's test set; AVG unweighted."""
-        self.model.load_state_dict(self.global_state)
+        """Accuracy (percent) of the rule's evaluated model (the global model but for FedDyn), eval mode,
+        on every domain's test set; AVG unweighted."""
+        self.model.load_state_dict(self.rule.evaluated_state(self.global_state))
         self.model.eval()
         acc = {}
         for d, (x, y) in self.test_sets.items():

@@ -36,6 +36,23 @@ def test_unknown_split(capsys, tmp_path, data_root):
     assert "unknown split 'mine' for digits" in err and "code" in err and "paper" in err
 
 
+@pytest.mark.parametrize("method,hp,allowed", [
+    ("fedopt", "weighting", "uniform, samples"),
+    ("moon", "frozen_mode", "train, eval"),
+    ("moon", "initial_previous", "own, global"),
+    ("fpl", "upcr_reduction", "mean, sum"),
+])
+def test_choice_hyperparameter_refused_naming_the_allowed_values(capsys, tmp_path, data_root, method, hp, allowed):
+    err = fails(capsys, ["--method", method, "--hp", f"{hp}=foo", "--data-root", str(data_root)], tmp_path)
+    assert f"{hp} must be one of {allowed} (got 'foo')" in err
+
+
+@pytest.mark.parametrize("method", ["moon", "fedproto"])
+def test_double_forward_must_be_a_boolean(capsys, tmp_path, data_root, method):
+    err = fails(capsys, ["--method", method, "--hp", "double_forward=2", "--data-root", str(data_root)], tmp_path)
+    assert "double_forward must be true or false (got 2)" in err
+
+
 @pytest.mark.parametrize("tau", ["0", "-0.5"])
 def test_tau_not_positive(capsys, tmp_path, data_root, tau):
     err = fails(capsys, ["--method", "fpl", "--hp", f"tau={tau}", "--data-root", str(data_root)], tmp_path)

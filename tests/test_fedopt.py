@@ -1,12 +1,19 @@
 """FedOpt (PROTOCOL.md section 1, baselines): server SGD with momentum 0.9 on the pseudo-gradient
-w_global - mean(client weights), server lr 0.5; clients train CE only; buffers take the mean."""
+w_global - mean(client weights), server lr 0.5; clients train CE only; buffers take the mean.
+The mean is unweighted over clients by default (RethinkFL's and MarsFL's `mean(dim=0)`);
+`weighting=samples` weights it by the clients' sample counts."""
 from __future__ import annotations
 
+import pytest
 import torch
 
+from benchmark.config import RunConfig
 from benchmark.methods import METHODS
+from benchmark.server import cast_like
 from lightning_modules.fedavg import FedAvgClient
 from lightning_modules.fedopt import FedOptServer
+from ray_jobs.clients import ClientGroup
+from tiny_net import TinyNet
 
 
 def f64(*v):
@@ -20,7 +27,7 @@ def make_rule(keys, **hp):
 def test_registry_defaults():
     m = METHODS["fedopt"]
     assert m.client is FedAvgClient and m.server is FedOptServer
-    assert m.defaults == {"server_lr": 0.5, "server_momentum": 0.9}
+    assert m.defaults == {"server_lr": 0.5, "server_momentum": 0.9, "weighting": "uniform"}
 
 
 def test_momentum_step_two_rounds_hand_numbers():
@@ -64,3 +71,49 @@ def test_lr_one_no_momentum_is_fedavg():
     for r, mean in enumerate(([1.0, 1.0], [2.0, 5.0])):
         g0 = rule.aggregate(g0, {"w": f64(*mean)}, r)
         torch.testing.assert_close(g0["w"], torch.tensor(mean))
+
+
+# --------------------------------------------------------------------- two clients of unequal size
+def images(n: int, seed: int) -> torch.Tensor:
+    return torch.randint(0, 256, (n, 3, 32, 32), generator=torch.Generator().manual_seed(seed), dtype=torch.uint8)
+
+
+def make_group(client_ids, data, hp) -> ClientGroup:
+    """A ClientGroup (the real accumulation of `train`) with injected tiny data."""
+    group = ClientGroup.__new__(ClientGroup)
+    group.cfg = RunConfig(method="fedopt", seed=0, local_epochs=1, batch_size=4, hparams=hp)
+    group.device = torch.device("cpu")
+    group.clients = [{"id": c, "domain": "mnist"} for c in client_ids]
+    group.data = {c: data[c] for c in client_ids}
+    group.module = FedAvgClient(TinyNet(10), hp, lr=0.05)
+    group.client_states = {}
+    return group
+
+
+@pytest.mark.parametrize("weighting", ["uniform", "samples"])
+def test_two_clients_of_unequal_size(weighting):
+    """Clients of 2 and 6 samples: the uniform mean gives each 1/2, the sample-weighted 1/4 and 3/4."""
+    hp = {**METHODS["fedopt"].defaults, "weighting": weighting}
+    data = {0: (images(2, 30), torch.tensor([0, 1])), 1: (images(6, 31), torch.tensor([2, 3, 4, 5, 6, 7]))}
+    torch.manual_seed(0)
+    g0 = {k: v.clone() for k, v in TinyNet(10).state_dict().items()}
+    keys = [k for k, _ in TinyNet(10).named_parameters()]
+    trained = {}
+    for c in (0, 1):  # each client alone: its trained weights
+        r = make_group([c], data, hp).train(g0, None, 0)
+        trained[c] = {k: v / r["weight"] for k, v in r["sum"].items()}
+    res = make_group([0, 1], data, hp).train(g0, None, 0)
+    share = {"uniform": (0.5, 0.5), "samples": (0.25, 0.75)}[weighting]
+    assert res["weight"] == {"uniform": 2.0, "samples": 8.0}[weighting]
+    mean = {k: v / res["weight"] for k, v in res["sum"].items()}  # what the driver computes
+    for k in g0:
+        torch.testing.assert_close(mean[k], share[0] * trained[0][k] + share[1] * trained[1][k])
+    new = make_rule(keys, weighting=weighting).aggregate(g0, mean, 0)
+    for k in keys:  # first step: buf = grad
+        torch.testing.assert_close(new[k], (g0[k].double() - 0.5 * (g0[k].double() - mean[k])).float())
+    bn = [k for k in g0 if k not in keys]
+    assert bn and all(torch.equal(new[k], cast_like(mean, g0)[k]) for k in bn)  # buffers: the same mean
+    # the two weightings really differ on this case
+    other = {0: 0.25, 1: 0.75} if weighting == "uniform" else {0: 0.5, 1: 0.5}
+    k = keys[0]
+    assert not torch.allclose(mean[k], other[0] * trained[0][k] + other[1] * trained[1][k])

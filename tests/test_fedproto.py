@@ -8,8 +8,11 @@ import torch
 from torch import nn
 
 from benchmark.methods import METHODS
+from lightning_modules.base import fit_local
 from lightning_modules.fedproto import FedProtoClient, FedProtoRound, FedProtoServer
+from lightning_modules.moon import MOONClient
 from lightning_modules.resnet import ResNet10
+from tiny_net import TinyNet as TinyBNNet
 
 NAN = float("nan")
 
@@ -21,7 +24,7 @@ def make_client(**hp):
 def test_registry_defaults():
     m = METHODS["fedproto"]
     assert m.client is FedProtoClient and m.server is FedProtoServer
-    assert m.defaults == {"mu": 2.0}
+    assert m.defaults == {"mu": 2.0, "double_forward": True}
 
 
 def test_mse_term_hand_numbers():
@@ -98,3 +101,38 @@ def test_local_prototypes_are_class_means_of_the_last_epoch():
     assert sorted(protos) == [0, 1]
     torch.testing.assert_close(protos[0], torch.tensor([2.0, 3.0]))
     torch.testing.assert_close(protos[1], torch.tensor([3.0, 0.0]))
+
+
+# --------------------------------------------------------------------- the reference's double forward
+@pytest.mark.parametrize("method", ["fedproto", "moon"])
+def test_double_forward_moves_bn_statistics_as_a_second_pass(method):
+    """RethinkFL's FedProto and MOON run the network twice per step (logits, then features). With
+    double_forward=true our one pass leaves the BatchNorm running statistics where a real second
+    training-mode pass would; the weights are the same either way; with false the statistics differ."""
+    cls = {"fedproto": FedProtoClient, "moon": MOONClient}[method]
+    torch.manual_seed(0)
+    start = {k: v.clone() for k, v in TinyBNNet(10).state_dict().items()}
+    x = torch.randint(0, 256, (12, 3, 32, 32), generator=torch.Generator().manual_seed(4), dtype=torch.uint8)
+    y = torch.arange(12) % 10
+
+    def trained(double_forward, second_pass=False):
+        module = cls(TinyBNNet(10), {**METHODS[method].defaults, "double_forward": double_forward})
+        module.start_round(1, None, start, client_state=None)
+        if second_pass:  # the reference: one more forward of the network in training mode every step
+            step = module.training_step
+
+            def twice(batch, i):
+                module.net.features(batch[0])
+                return step(batch, i)
+            module.training_step = twice
+        fit_local(module, x, y, 2, 4, torch.Generator().manual_seed(1))
+        return module.net.state_dict()
+
+    ours, single, reference = trained(True), trained(False), trained(False, second_pass=True)
+    for k in ("bn.running_mean", "bn.running_var"):
+        torch.testing.assert_close(ours[k], reference[k], rtol=1e-5, atol=1e-6)
+        assert not torch.allclose(single[k], reference[k], rtol=1e-3, atol=1e-4)
+    for k, v in reference.items():
+        if "running" not in k and "num_batches" not in k:
+            torch.testing.assert_close(ours[k], v, rtol=1e-5, atol=1e-6)
+            torch.testing.assert_close(single[k], v, rtol=1e-5, atol=1e-6)

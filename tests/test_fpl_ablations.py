@@ -119,6 +119,8 @@ BAD = [
     ("fedproto", "mu", 0),
     ("fpl", "tau", 0), ("fpl", "tau", -0.02), ("fpl", "tau", "abc"),
     ("fpl", "cpcl", "False"), ("fpl", "upcr", 1), ("fpl", "upcr_target", "mean"), ("fpl", "cpcl_protos", "local"), ("fpl", "upcr_reduction", "max"),
+    ("fedopt", "weighting", "clients"), ("moon", "frozen_mode", True), ("moon", "initial_previous", "start"),
+    ("moon", "double_forward", "yes"), ("fedproto", "double_forward", 2),
 ] + [(name, "tau", 0) for name in ABLATIONS[1:]]
 
 
@@ -144,6 +146,8 @@ def test_mu_of_another_method_is_unknown():
 def test_valid_overrides_are_merged_with_defaults():
     cfg = RunConfig(method="fpl", hparams={"tau": 0.05, "cpcl": False})
     assert cfg.hparams == {**METHODS["fpl"].defaults, "tau": 0.05, "cpcl": False}
-    assert RunConfig(method="fedopt", hparams={"server_momentum": 0}).hparams == {"server_lr": 0.5, "server_momentum": 0}
-    assert RunConfig(method="moon").hparams == {"mu": 5.0, "temperature": 0.5}
+    assert RunConfig(method="fedopt", hparams={"server_momentum": 0}).hparams == {"server_lr": 0.5, "server_momentum": 0,
+                                                                                  "weighting": "uniform"}
+    assert RunConfig(method="moon").hparams == {"mu": 5.0, "temperature": 0.5, "frozen_mode": "train",
+                                                "initial_previous": "own", "double_forward": True}
     assert RunConfig(method="fedavg").hparams == {}

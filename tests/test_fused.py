@@ -42,7 +42,8 @@ def make_group(method: str, engine: str, shards, dtype, precision="32-true") -> 
     group = ClientGroup.__new__(ClientGroup)
     group.cfg = RunConfig(method=method, seed=3, local_epochs=2, batch_size=4, engine=engine)
     group.device = torch.device("cpu")
-    group.clients = [{"id": c, "domain": "usps"} for c in SIZES]
+    mean = sum(SIZES.values()) / len(SIZES)  # the driver's data_share (FedDyn's alpha_k)
+    group.clients = [{"id": c, "domain": "usps", "data_share": n / mean} for c, n in SIZES.items()]
     group.data = shards
     group.module = spec.client(TinyNet(10), spec.defaults, lr=0.05, momentum=0.9, weight_decay=1e-3)
     group.module.to(dtype)
@@ -97,7 +98,8 @@ def test_fused_equals_sequential_in_float64(method, shards):
     seq = run_rounds(method, "sequential", shards, torch.float64)
     fused = run_rounds(method, "fused", shards, torch.float64)
     for (rs, cs_s), (rf, cs_f) in zip(seq, fused):
-        assert rs["weight"] == rf["weight"] == sum(SIZES.values())
+        spec = METHODS[method]  # the rule's weights: sample counts, or 1 per client (FedOpt, FedDyn)
+        assert rs["weight"] == rf["weight"] == sum(spec.server.client_weight(spec.defaults, n) for n in SIZES.values())
         assert sorted(rf["protos"]) == sorted(rf["losses"]) == sorted(SIZES)
         for c in SIZES:
             assert sorted(rs["protos"][c]) == sorted(rf["protos"][c])

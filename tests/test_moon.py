@@ -1,6 +1,9 @@
 """MOON client (PROTOCOL.md section 1, baselines): CE + mu * model-contrastive loss, mu = 5,
-temperature 0.5, on the 512-d features; global and previous local model frozen; round 0:
-previous = the client's starting model; the previous model is per-client state."""
+temperature 0.5, on the 512-d features; global and previous local model frozen (no gradient); the
+previous model is per-client state. As RethinkFL's moon.py (defaults): the frozen models run in
+training mode (BatchNorm on batch statistics) and round 0's previous model is the client's own random
+initialisation, seeded from (seed, client id); `frozen_mode=eval` / `initial_previous=global` give the
+eval-mode variant with the starting model as round 0's previous."""
 from __future__ import annotations
 
 import math
@@ -14,7 +17,7 @@ from benchmark.transforms import normalize
 from lightning_modules.base import fit_local
 from lightning_modules.fedavg import FedAvgServer
 from lightning_modules.losses import moon_loss
-from lightning_modules.moon import MOONClient
+from lightning_modules.moon import MOONClient, own_initialisation
 from lightning_modules.resnet import ResNet10
 from ray_jobs.clients import ClientGroup
 from tiny_net import TinyNet
@@ -59,7 +62,8 @@ def ref_moon(z, zg, zp, t):
 def test_registry_defaults():
     m = METHODS["moon"]
     assert m.client is MOONClient and m.server is FedAvgServer
-    assert m.defaults == {"mu": 5.0, "temperature": 0.5}
+    assert m.defaults == {"mu": 5.0, "temperature": 0.5, "frozen_mode": "train", "initial_previous": "own",
+                          "double_forward": True}
 
 
 def test_moon_loss_hand_numbers():
@@ -81,18 +85,19 @@ def test_moon_loss_random_against_per_sample_reference():
         assert float(moon_loss(z, zg, zp, t)) == pytest.approx(ref_moon(z, zg, zp, t), rel=1e-5)
 
 
-def test_round0_previous_is_starting_model_and_nets_frozen():
+@pytest.mark.parametrize("frozen_mode", ["train", "eval"])
+def test_nets_frozen_and_their_mode(frozen_mode):
     start = initial_state()
-    module = make_client()
-    module.start_round(0, None, start, client_state=None)
+    module = make_client(frozen_mode=frozen_mode)
+    module.net.load_state_dict(start)
+    module.start_round(0, None, start, client_state=module.initial_client_state(0, {"id": 4}))
     assert_state_equal(module.global_net.state_dict(), start)
-    assert_state_equal(module.previous_net.state_dict(), start)
     frozen = list(module.global_net.parameters()) + list(module.previous_net.parameters())
     assert frozen and all(not p.requires_grad for p in frozen)
 
     module.train()  # what fit_local does before the local epochs
     assert module.net.training
-    assert not module.global_net.training and not module.previous_net.training  # frozen: eval mode
+    assert module.global_net.training == module.previous_net.training == (frozen_mode == "train")
 
     x, y = normalize(images(4, 1)), torch.tensor([1, 2, 3, 4])
     module.on_train_epoch_start()
@@ -101,32 +106,78 @@ def test_round0_previous_is_starting_model_and_nets_frozen():
     assert all(p.grad is not None for p in module.net.parameters())
 
 
-def test_extra_loss_uses_frozen_eval_features_of_global_and_previous():
-    glob = initial_state(0, TinyNet)
-    prev = initial_state(1, TinyNet)  # this client's model of its last round
-    module = make_client(tiny_net=True)
-    module.start_round(3, None, glob, client_state=prev)
+def test_own_initialisation_is_seeded_by_seed_and_client():
+    a = own_initialisation(ResNet10, 10, 0, 3)
+    assert_state_equal(a, own_initialisation(ResNet10, 10, 0, 3))  # any executor, any order
+    assert states_differ(a, own_initialisation(ResNet10, 10, 0, 4))
+    assert states_differ(a, own_initialisation(ResNet10, 10, 1, 3))
+    assert states_differ(a, initial_state(0))  # not the shared starting model
+    rng_before = torch.get_rng_state()
+    own_initialisation(TinyNet, 10, 0, 3)
+    assert torch.equal(torch.get_rng_state(), rng_before)  # the global torch stream is untouched
+
+
+@pytest.mark.parametrize("initial_previous", ["own", "global"])
+def test_round0_term(initial_previous):
+    """Round 0: with the client's own initialisation as previous model the term is the MOON loss against
+    it (active, not constant); with the starting model it is mu * log 2 whatever the weights."""
+    start = initial_state(0, TinyNet)
+    module = make_client(tiny_net=True, initial_previous=initial_previous)
+    module.net.load_state_dict(start)
+    module.start_round(0, None, start, client_state=module.initial_client_state(0, {"id": 7}))
+    previous = own_initialisation(TinyNet, 10, 0, 7) if initial_previous == "own" else start
+    assert_state_equal(module.previous_net.state_dict(), previous)
     module.train()
-    x, y = normalize(images(4, 2)), torch.tensor([0, 1, 2, 3])
+    x, y = normalize(images(8, 2)), torch.tensor([0, 1, 2, 3, 4, 5, 6, 7])
     logits, z = module.net(x)
     got = float(module.extra_loss(x, y, logits, z).detach())
-
+    if initial_previous == "global":
+        assert got == pytest.approx(5.0 * math.log(2.0), rel=1e-5)
+        return
     ref_g, ref_p = TinyNet(10), TinyNet(10)
-    ref_g.load_state_dict(glob)
-    ref_p.load_state_dict(prev)
-    with torch.no_grad():
-        zg = ref_g.eval().features(x)
-        zp = ref_p.eval().features(x)
+    ref_g.load_state_dict(start)
+    ref_p.load_state_dict(previous)
+    with torch.no_grad():  # training mode: batch statistics
+        zg, zp = ref_g.train().features(x), ref_p.train().features(x)
     assert got == pytest.approx(5.0 * ref_moon(z.detach(), zg, zp, 0.5), rel=1e-4)
+    assert abs(got - 5.0 * math.log(2.0)) > 1e-3
+
+
+def test_extra_loss_uses_frozen_features_in_the_chosen_mode():
+    glob = initial_state(0, TinyNet)
+    prev = initial_state(1, TinyNet)  # this client's model of its last round
+    with torch.no_grad():  # running statistics far from the batch's, so that the two modes differ
+        glob["bn.running_mean"].fill_(0.5)
+        prev["bn.running_var"].fill_(4.0)
+    x, y = normalize(images(4, 2)), torch.tensor([0, 1, 2, 3])
+    got = {}
+    for mode in ("train", "eval"):
+        module = make_client(tiny_net=True, frozen_mode=mode)
+        module.net.load_state_dict(glob)
+        module.start_round(3, None, glob, client_state=prev)
+        module.train()
+        logits, z = module.net(x)
+        got[mode] = float(module.extra_loss(x, y, logits, z).detach())
+
+        ref_g, ref_p = TinyNet(10), TinyNet(10)
+        ref_g.load_state_dict(glob)
+        ref_p.load_state_dict(prev)
+        with torch.no_grad():
+            zg = ref_g.train(mode == "train").features(x)
+            zp = ref_p.train(mode == "train").features(x)
+        assert got[mode] == pytest.approx(5.0 * ref_moon(z.detach(), zg, zp, 0.5), rel=1e-4)
+    assert got["train"] != pytest.approx(got["eval"], rel=1e-3)
 
 
 def test_client_state_is_trained_weights_and_becomes_next_previous():
     start = initial_state(0, TinyNet)
     module = make_client(tiny_net=True)
+    module.net.load_state_dict(start)
     module.start_round(0, None, start, client_state=None)
     frozen_before = {k: v.clone() for k, v in module.global_net.state_dict().items()}
     fit_local(module, images(4, 3), torch.tensor([0, 1, 0, 1]), 1, 4, torch.Generator().manual_seed(0))
-    # the frozen global model (BN statistics included) did not move during training
+    # the frozen global model did not move, BN statistics included (training mode uses the batch's)
+    assert module.global_net.training
     assert_state_equal(module.global_net.state_dict(), frozen_before)
 
     trained = {k: v.clone() for k, v in module.net.state_dict().items()}
@@ -138,6 +189,7 @@ def test_client_state_is_trained_weights_and_becomes_next_previous():
     assert_state_equal(state, trained)
 
     new_global = initial_state(5, TinyNet)
+    module.net.load_state_dict(new_global)
     module.start_round(1, None, new_global, client_state=state)
     assert_state_equal(module.previous_net.state_dict(), trained)
     assert_state_equal(module.global_net.state_dict(), new_global)
@@ -172,8 +224,9 @@ def test_two_clients_on_one_module_keep_their_own_previous_model():
     res0 = both.train(g0, None, 0)
     for c in (7, 9):
         alone[c].train(g0, None, 0)
-    assert_state_equal(both.previous_seen[0], g0)  # round 0: previous = starting model
-    assert_state_equal(both.previous_seen[1], g0)
+    # round 0: previous = each client's own initialisation
+    assert_state_equal(both.previous_seen[0], own_initialisation(TinyNet, 10, 0, 7))
+    assert_state_equal(both.previous_seen[1], own_initialisation(TinyNet, 10, 0, 9))
     # each client's stored state is its own trained model: the weights it trained alone
     trained0 = {c: both.client_states[c] for c in (7, 9)}
     for c in (7, 9):
