@@ -185,16 +185,18 @@ def plot_bars(run_dirs, reference: dict | None, stem: Path, title: str = "", for
 # --------------------------------------------------------------------------- t-SNE feature maps
 
 def load_model(run_dir: Path):
-    """The run's final global model (model.pt, float16) as a float32 ResNet-10 in eval mode."""
+    """The run's final global model (model.pt, float16) as a float32 model of its dataset's protocol, in eval mode."""
     import torch
 
-    from lightning_modules.resnet import ResNet10
+    from benchmark.config import DATASET_SPECS
+    from lightning_modules.resnet import build_model
 
     path = Path(run_dir) / MODEL_FILE
     if not path.is_file():
         raise FigureError(f"{run_dir} has no {MODEL_FILE}: only a run that finished (with this version) saves its "
                           "final model; run it again to draw its feature map.")
-    model = ResNet10(10)
+    spec = DATASET_SPECS[_config(run_dir)["dataset"]]
+    model = build_model(spec.model, spec.num_classes)
     state = torch.load(path, map_location="cpu", weights_only=True)
     model.load_state_dict({k: v.float() if v.is_floating_point() else v for k, v in state.items()})
     return model.eval()
