@@ -294,12 +294,14 @@ def regenerate(results_dirs) -> list[Path]:
             names = [ln[len(RUNS_LINE):].split(", ") for ln in md.read_text().splitlines() if ln.startswith(RUNS_LINE)]
             run_dirs = [results_dir / "runs" / n for n in (names[-1] if names else [])]
             missing = [d.name for d in run_dirs if not (d / "summary.json").is_file()]
+            head = md.read_text().splitlines()[0].lstrip("# ")
+            smoke = "smoke profile" in head
             if not run_dirs or missing:
                 print(f"skipped {md}: {len(missing)} of {len(run_dirs)} run folders missing or incomplete "
-                      f"under {results_dir / 'runs'} (run `make {md.stem}` to make them)")
+                      f"under {results_dir / 'runs'} (run `make {md.stem}{' PROFILE=smoke' if smoke else ''}` "
+                      "to make them)")
                 continue
-            head = md.read_text().splitlines()[0].lstrip("# ")
-            title = head.split(": reproduction")[0] + (", smoke profile" if "smoke profile" in head else "")
+            title = head.split(": reproduction")[0] + (", smoke profile" if smoke else "")
             written += table_figures(table, run_dirs, results_dir / "figures" / md.stem, title)["files"]
     demo = [Path("results/runs") / n for n in DEMO_RUNS]
     if all((d / MODEL_FILE).is_file() for d in demo):
