@@ -9,7 +9,8 @@ EXECUTOR ?= ray
 ENGINE ?= auto
 export RAY_USAGE_STATS_ENABLED ?= 0
 
-.PHONY: setup demo test bench data table1 table2 table3 figures clean
+TABLES := table1 table2 table3
+.PHONY: setup demo test bench data $(TABLES) figures clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -33,9 +34,10 @@ bench: $(STAMP)
 data: $(STAMP)
 	$(PY) -m benchmark.download --root data
 
+## a paper table (benchmark/tables.py): make table2 -> --table 2, make table-fedplvm -> --table fedplvm;
 ## EXECUTOR=local: one process, one run after another, no Ray needed; ENGINE=sequential|fused|auto
-table1 table2 table3: $(STAMP)
-	$(PY) -m ray_jobs.sweep --table $(subst table,,$@) --profile $(PROFILE) $(if $(DOMAINS),--domains $(DOMAINS)) \
+$(TABLES): $(STAMP)
+	$(PY) -m ray_jobs.sweep --table $(patsubst -%,%,$(subst table,,$@)) --profile $(PROFILE) $(if $(DOMAINS),--domains $(DOMAINS)) \
 		--executor $(EXECUTOR) --engine $(ENGINE)
 
 ## every figure again from the run folders (table reports, smoke reports, the demo), no training

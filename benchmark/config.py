@@ -1,7 +1,11 @@
-"""Run configuration: one frozen dataclass, the paper's protocol as defaults, named presets.
+"""Run configuration: one frozen dataclass, FPL's protocol as defaults, each paper's protocol a named preset.
 
-`RunConfig` goes as it is to the driver and to every client group (Ray pickles it);
-what a dataset fixes (classes, model, image size) is its `DatasetSpec`.
+`RunConfig` goes as it is to the driver and to every client group (Ray pickles it).
+A paper's protocol is data, in two places: what its dataset fixes (domains, clients,
+their samples, model, input size, transform) is a `DatasetSpec`; the run's numbers
+(rounds, local epochs, batch, optimiser) are a `PRESETS` entry, which also names the
+dataset. `RunConfig.from_preset("fedplvm-digit5", seed=1)` is that protocol; any
+field given beside the preset overrides it.
 """
 from __future__ import annotations
 
@@ -12,6 +16,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from benchmark.data import DATASETS, IMAGE_SIZE
+from benchmark.transforms import Transform
 
 ENGINES = ("auto", "sequential", "fused")  # client training engines (ray_jobs.clients)
 PRECISIONS = ("32-true", "bf16-mixed")  # Lightning's precision names (lightning_modules.base.precision_context)
@@ -25,25 +30,47 @@ SPLITS: dict[str, dict[str, dict[str, int]]] = {
     "office_caltech": {
         "default": {"caltech": 3, "amazon": 2, "webcam": 1, "dslr": 4},
     },
+    "digit5": {"default": {d: 1 for d in DATASETS["digit5"]}},  # FedPLVM: one client per domain
+    "office10": {"default": {d: 1 for d in DATASETS["office10"]}},
 }
-DEFAULT_SPLIT = {"digits": "code", "office_caltech": "default"}
+DEFAULT_SPLIT = {"digits": "code", "office_caltech": "default", "digit5": "default", "office10": "default"}
 RANDOM_SPLIT = "random"  # the split drawn from the seed, as RethinkFL's --rand_dataset does (`reference_random_split`)
-# share of a domain's training set each client takes
-CLIENT_PCT = {"digits": 0.01, "office_caltech": 0.2}
 
 
 @dataclass(frozen=True)
 class DatasetSpec:
-    """What a dataset's protocol fixes besides its domains and splits."""
+    """What a dataset's protocol fixes besides its domains and splits: classes, model, input size,
+    transform, and how clients get their samples: a share `client_pct` of their domain's training set
+    drawn at random (FPL), or, with `per_class` = (k_train, k_test), the first k_train samples of each
+    class to train and the first k_test of each class of the test set to test (FedPLVM)."""
 
     num_classes: int
     model: str  # a name in lightning_modules.resnet.MODELS
     image_size: int  # images are resized to image_size x image_size at load time
+    transform: Transform = Transform()  # FPL's: crop + flip, ImageNet normalisation
+    client_pct: float | None = None
+    per_class: tuple[int, int] | None = None
 
 
 DATASET_SPECS: dict[str, DatasetSpec] = {
-    "digits": DatasetSpec(num_classes=10, model="resnet10", image_size=IMAGE_SIZE),
-    "office_caltech": DatasetSpec(num_classes=10, model="resnet10", image_size=IMAGE_SIZE),
+    "digits": DatasetSpec(num_classes=10, model="resnet10", image_size=IMAGE_SIZE, client_pct=0.01),
+    "office_caltech": DatasetSpec(num_classes=10, model="resnet10", image_size=IMAGE_SIZE, client_pct=0.2),
+    # FedPLVM (its utils/data_util.py): Resize(64), no augmentation; Digit-5 normalised with mean = std = 0.5,
+    # Office-10 not normalised (ToTensor only)
+    "digit5": DatasetSpec(num_classes=10, model="resnet10_plvm", image_size=64, per_class=(10, 100),
+                          transform=Transform(mean=(0.5,) * 3, std=(0.5,) * 3, augment=False)),
+    "office10": DatasetSpec(num_classes=10, model="resnet10_plvm", image_size=64, per_class=(10, 100),
+                            transform=Transform(mean=(0.0,) * 3, std=(1.0,) * 3, augment=False)),
+}
+
+# A paper's run protocol by name: RunConfig field values (the dataset's own protocol is its DatasetSpec).
+_FPL = dict(rounds=100, local_epochs=10, batch_size=64, lr=0.01, momentum=0.9, weight_decay=1e-5)
+_FEDPLVM = dict(local_epochs=2, batch_size=32, lr=0.01, momentum=0.5, weight_decay=1e-5, drop_last=True)
+PRESETS: dict[str, dict] = {
+    "fpl-digits": dict(dataset="digits", **_FPL),  # FPL (CVPR 2023), PROTOCOL.md section 1
+    "fpl-office": dict(dataset="office_caltech", **_FPL),
+    "fedplvm-digit5": dict(dataset="digit5", rounds=50, **_FEDPLVM),  # FedPLVM (NeurIPS 2024), section 2
+    "fedplvm-office10": dict(dataset="office10", rounds=80, **_FEDPLVM),
 }
 
 
@@ -83,6 +110,8 @@ class RunConfig:
     lr: float = 0.01
     momentum: float = 0.9
     weight_decay: float = 1e-5
+    drop_last: bool = False  # drop each epoch's last short batch (FedPLVM)
+    preset: str | None = None  # the PRESETS entry this config came from (recorded; from_preset sets it)
     hparams: dict = field(default_factory=dict)  # the method's hyperparameters (defaults from the registry)
     client_fraction: float = 1.0  # scales every client's sample count (small settings)
     eval_max: int | None = None  # caps each domain's test set (small settings)
@@ -100,6 +129,13 @@ class RunConfig:
     name: str | None = None
     wandb_project: str = "fedproto-bench"
     wandb_group: str | None = None
+
+    @classmethod
+    def from_preset(cls, preset: str, /, **overrides) -> RunConfig:
+        """The preset's protocol; fields in `overrides` (seed, method, a smaller setting...) win."""
+        if preset not in PRESETS:
+            raise ConfigError(f"unknown preset {preset!r}; choose one of: {', '.join(PRESETS)}.")
+        return cls(**{**PRESETS[preset], **overrides, "preset": preset})
 
     def __post_init__(self):
         from benchmark.methods import METHODS  # late: methods import lightning
@@ -137,6 +173,10 @@ class RunConfig:
             raise ConfigError(f"unknown engine {self.engine!r}; choose one of: {', '.join(ENGINES)}.")
         if self.precision not in PRECISIONS:
             raise ConfigError(f"unknown precision {self.precision!r}; choose one of: {', '.join(PRECISIONS)}.")
+        if self.preset is not None and self.preset not in PRESETS:
+            raise ConfigError(f"unknown preset {self.preset!r}; choose one of: {', '.join(PRESETS)}.")
+        if self.batch_size < 1:
+            raise ConfigError(f"batch size must be at least 1 (got {self.batch_size}).")
         if self.num_actors < 1:
             raise ConfigError(f"num-actors must be at least 1 (got {self.num_actors}).")
         spec = METHODS[self.method]

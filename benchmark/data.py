@@ -1,10 +1,10 @@
 """Datasets as resident uint8 tensors: data root, checksums, loading, splits, partitions.
 
-Everything here follows PROTOCOL.md section 1. Images are loaded once from the
-npz archives of a data root, resized to 32x32 (the deterministic part of the
-reference transform), and kept as uint8 tensors of shape N x 3 x 32 x 32. The
-random part (crop, flip) and the normalisation run on whole batches in
-`benchmark.transforms`.
+Everything here follows PROTOCOL.md sections 1 and 2. Images are loaded once
+from the npz archives of a data root, resized to the protocol's size (32x32 for
+FPL, 64x64 for FedPLVM: the deterministic part of the reference transform), and
+kept as uint8 tensors of shape N x 3 x S x S. The random part (crop, flip) and
+the normalisation run on whole batches in `benchmark.transforms`.
 """
 from __future__ import annotations
 
@@ -36,6 +36,20 @@ DATASETS: dict[str, dict[str, tuple[str, str | None]]] = {
         "webcam": ("office_caltech10/webcam", None),
         "dslr": ("office_caltech10/dslr", None),
     },
+    # FedPLVM's Digit-5 and Office-10 (PROTOCOL.md section 2): the same archives, its domain order
+    "digit5": {
+        "mnist": ("digits/mnist_train", "digits/mnist_test"),
+        "svhn": ("digits/svhn_train", "digits/svhn_test"),
+        "usps": ("digits/usps_train", "digits/usps_test"),
+        "syn": ("digits/syn_train", "digits/syn_test"),
+        "mnistm": ("digits/mnistm_train", "digits/mnistm_test"),
+    },
+    "office10": {
+        "amazon": ("office_caltech10/amazon", None),
+        "caltech": ("office_caltech10/caltech", None),
+        "dslr": ("office_caltech10/dslr", None),
+        "webcam": ("office_caltech10/webcam", None),
+    },
 }
 NUM_CLASSES = 10
 IMAGE_SIZE = 32
@@ -48,6 +62,7 @@ HOW_TO_GET = {
         "offline, pass --domains without svhn (for example --domains mnist,usps,syn)"
     ),
     "digits/syn": "copy it from ../shared/data (SYN digits, Roy et al. 2018; see README, Data)",
+    "digits/mnistm": "copy it from ../shared/data (MNIST-M; see README, Data)",
     "office_caltech10/": "copy it from ../shared/data (Office-Caltech-10; see README, Data)",
 }
 
@@ -162,14 +177,14 @@ def load_archive(root: Path, stem: str) -> tuple[np.ndarray, np.ndarray]:
     return np.concatenate(xs), np.concatenate(ys).astype(np.int64)
 
 
-def to_tensor_images(x: np.ndarray) -> torch.Tensor:
-    """N x H x W x C uint8 -> N x 3 x 32 x 32 uint8: grey repeated to 3 channels, Resize(32)."""
+def to_tensor_images(x: np.ndarray, size: int = IMAGE_SIZE) -> torch.Tensor:
+    """N x H x W x C uint8 -> N x 3 x size x size uint8: grey repeated to 3 channels, Resize(size)."""
     t = torch.from_numpy(np.ascontiguousarray(x)).permute(0, 3, 1, 2)
     if t.shape[1] == 1:
         t = t.expand(-1, 3, -1, -1)
-    if t.shape[-2:] != (IMAGE_SIZE, IMAGE_SIZE):
+    if t.shape[-2:] != (size, size):
         # bilinear with antialias: torchvision's tensor path of Resize, matching PIL's filter
-        t = F.interpolate(t.float(), size=(IMAGE_SIZE, IMAGE_SIZE), mode="bilinear", antialias=True, align_corners=False)
+        t = F.interpolate(t.float(), size=(size, size), mode="bilinear", antialias=True, align_corners=False)
         t = t.round().clamp(0, 255).to(torch.uint8)
     return t.contiguous()
 
@@ -191,16 +206,30 @@ def office_split(n: int) -> tuple[np.ndarray, np.ndarray]:
     return i[i % 10 <= 7], i[i % 10 > 7]
 
 
-def load_domain(root: Path, dataset: str, domain: str, need_test: bool = True, need_train: bool = True) -> Domain:
+def first_per_class(labels: np.ndarray, k: int) -> np.ndarray:
+    """Indices (ascending) of the first k samples of every class in archive order (all of a class with fewer)."""
+    return np.sort(np.concatenate([np.flatnonzero(labels == c)[:k] for c in np.unique(labels)] + [np.zeros(0, np.int64)]))
+
+
+def load_domain(root: Path, dataset: str, domain: str, need_test: bool = True, need_train: bool = True,
+                per_class: tuple[int, int] | None = None) -> Domain:
+    """A domain's train and test sets. A domain with one archive (Office) is split by position
+    (`office_split`). `per_class` = (k_train, k_test) keeps the first k of each class of each set
+    (FedPLVM's protocol)."""
     train_stem, test_stem = DATASETS[dataset][domain]
     if test_stem is None:  # one archive, split by position
         x, y = load_archive(root, train_stem)
         tr, te = office_split(len(y))
-        return Domain(domain, x[tr], y[tr], x[te], y[te])
-    empty = (np.zeros((0, IMAGE_SIZE, IMAGE_SIZE, 3), np.uint8), np.zeros(0, np.int64))
-    train = load_archive(root, train_stem) if need_train else empty
-    test = load_archive(root, test_stem) if need_test else empty
-    return Domain(domain, *train, *test)
+        dom = Domain(domain, x[tr], y[tr], x[te], y[te])
+    else:
+        empty = (np.zeros((0, IMAGE_SIZE, IMAGE_SIZE, 3), np.uint8), np.zeros(0, np.int64))
+        train = load_archive(root, train_stem) if need_train else empty
+        test = load_archive(root, test_stem) if need_test else empty
+        dom = Domain(domain, *train, *test)
+    if per_class is not None:
+        tr, te = first_per_class(dom.train_y, per_class[0]), first_per_class(dom.test_y, per_class[1])
+        dom = Domain(domain, dom.train_x[tr], dom.train_y[tr], dom.test_x[te], dom.test_y[te])
+    return dom
 
 
 def check_domains_present(root: Path, dataset: str, domains: list[str]) -> None:
@@ -274,17 +303,27 @@ def eval_subset(n: int, cap: int | None) -> np.ndarray:
     return np.sort(np.random.default_rng(0).permutation(n)[:cap])
 
 
-def plan_clients(root: Path, dataset: str, clients_per_domain: dict[str, int], pct: float, seed: int,
-                 fraction: float = 1.0) -> list[dict]:
+def plan_clients(root: Path, dataset: str, clients_per_domain: dict[str, int], pct: float | None, seed: int,
+                 fraction: float = 1.0, per_class: tuple[int, int] | None = None) -> list[dict]:
     """Every client's id, domain and training indices, domains and clients in order.
 
     Each domain's pool is partitioned with its own seeded stream (seed, domain
     position), so the same seed gives the same partition on any machine and
-    dropping a domain leaves the others' partitions unchanged.
+    dropping a domain leaves the others' partitions unchanged. With `per_class`
+    (FedPLVM) a domain has one client, which takes the first k_train of each class
+    (k_train scaled by `fraction`, at least 1); its indices are into
+    `load_domain(..., per_class=per_class)`'s training set.
     """
     order = list(DATASETS[dataset])
     clients = []
     for d, n_clients in clients_per_domain.items():
+        if per_class is not None:
+            if n_clients != 1:
+                raise DataError(f"{dataset}/{d}: this protocol has one client per domain (got {n_clients}).")
+            labels = load_domain(root, dataset, d, need_test=False, per_class=per_class).train_y
+            shard = first_per_class(labels, max(1, int(fraction * per_class[0])))
+            clients.append({"id": len(clients), "domain": d, "indices": shard.tolist(), "num_samples": len(shard)})
+            continue
         train_stem, test_stem = DATASETS[dataset][d]
         office = test_stem is None
         labels = np.concatenate([np.load(root / f, allow_pickle=False)["y"] for f in archive_files(root, train_stem)])

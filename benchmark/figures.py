@@ -127,16 +127,17 @@ def plot_curves(run_dirs, stem: Path, title: str = "", formats=FORMATS) -> pd.Da
 
 # --------------------------------------------------------------------------- per-domain bars
 
-def bar_data(run_dirs, reference: dict | None) -> pd.DataFrame:
-    """Per dataset, method and domain: our last-5-round accuracy (mean, std over seeds, seed count) from
-    the runs' summary.json and the paper's value from `reference` (a table of benchmark.paper; NaN where none)."""
+def bar_data(run_dirs, reference: dict | None, metric: str = "last5") -> pd.DataFrame:
+    """Per dataset, method and domain: our accuracy by `metric` (last5 or final; mean, std over seeds, seed
+    count) from the runs' summary.json and the paper's value from `reference` (a table of benchmark.paper;
+    NaN where none)."""
     rows = []
     for run_dir in run_dirs:
         try:
             s = json.loads((Path(run_dir) / "summary.json").read_text())
         except (OSError, ValueError):
             raise FigureError(f"{run_dir} has no summary.json: the run is not complete; finish it first.") from None
-        for dom, acc in s["last5"].items():
+        for dom, acc in s[metric].items():
             rows.append({"dataset": s["dataset"], "method": s["method"], "domain": dom, "seed": s["seed"], "acc": acc,
                          "domains": tuple(s["domains"])})
     df = pd.DataFrame(rows)
@@ -147,10 +148,11 @@ def bar_data(run_dirs, reference: dict | None) -> pd.DataFrame:
     return out.drop(columns="domains")
 
 
-def plot_bars(run_dirs, reference: dict | None, stem: Path, title: str = "", formats=FORMATS) -> pd.DataFrame:
-    """Per-domain bars: a panel per dataset and domain (AVG first), per method our last-5 accuracy
+def plot_bars(run_dirs, reference: dict | None, stem: Path, title: str = "", formats=FORMATS,
+              metric: str = "last5") -> pd.DataFrame:
+    """Per-domain bars: a panel per dataset and domain (AVG first), per method our accuracy by `metric`
     (error bar: std over seeds) beside the paper's (hatched). Returns `bar_data`."""
-    data = bar_data(run_dirs, reference)
+    data = bar_data(run_dirs, reference, metric)
     datasets = list(dict.fromkeys(data.dataset))
     methods = list(dict.fromkeys(data.method))
     colors = _colors(methods)
@@ -207,18 +209,19 @@ def test_features(run_dir: Path, per_domain: int, data_root: str | None = None) 
     at most `per_domain` images per domain, a fixed seed-0 pick): columns domain, label, f0..f511."""
     import torch
 
-    from benchmark.transforms import normalize
+    from benchmark.config import DATASET_SPECS
 
     cfg, model = _config(run_dir), load_model(run_dir)
+    spec = DATASET_SPECS[cfg["dataset"]]
     root = resolve_data_root(data_root or cfg.get("data_root"))
     parts = []
     for dom in cfg["domains"]:
-        d = load_domain(root, cfg["dataset"], dom, need_train=False)
+        d = load_domain(root, cfg["dataset"], dom, need_train=False, per_class=spec.per_class)
         keep = eval_subset(len(d.test_y), cfg.get("eval_max"))
         keep = keep[eval_subset(len(keep), per_domain)]
         with torch.no_grad():
-            x = to_tensor_images(d.test_x[keep])
-            z = torch.cat([model.features(normalize(x[i : i + 500])) for i in range(0, len(x), 500)]).numpy()
+            x = to_tensor_images(d.test_x[keep], spec.image_size)
+            z = torch.cat([model.features(spec.transform.eval(x[i : i + 500])) for i in range(0, len(x), 500)]).numpy()
         part = pd.DataFrame(z, columns=[f"f{i}" for i in range(z.shape[1])])
         part.insert(0, "label", d.test_y[keep])
         part.insert(0, "domain", dom)
@@ -269,9 +272,12 @@ def table_figures(table: str, run_dirs, out_dir: Path, title: str = "") -> dict:
     """A table report's figures in out_dir: curves.{png,svg} and bars.{png,svg} beside the paper's table.
     Returns {"curves": curve data, "bars": bar data, "files": [paths]}."""
     out_dir = Path(out_dir)
+    from benchmark.tables import METRICS, TABLES  # late: tables imports the method registry (lightning)
+
+    spec = TABLES[table]
     curves = plot_curves(run_dirs, out_dir / "curves", f"{title}: accuracy over rounds (mean over seeds, band: ± std)")
-    bars = plot_bars(run_dirs, paper.TABLES.get(table), out_dir / "bars",
-                     f"{title}: last-5-round accuracy, ours (solid, ± std) beside the paper (hatched)")
+    bars = plot_bars(run_dirs, spec.paper, out_dir / "bars",
+                     f"{title}: {METRICS[spec.metric]}, ours (solid, ± std) beside the paper (hatched)", metric=spec.metric)
     files = [out_dir / f"{n}.{f}" for n in ("curves", "bars") for f in FORMATS]
     return {"curves": curves, "bars": bars, "files": files}
 

@@ -1,4 +1,7 @@
-"""The FPL paper's published numbers (PROTOCOL.md section 1): Table 2, Table 1, Table 3, Fig. 5."""
+"""The papers' published numbers: FPL's (PROTOCOL.md section 1) Table 2, Table 1, Table 3, Fig. 5.
+
+A table here maps method -> dataset -> domain (in the paper's column order) and "AVG" -> accuracy (%);
+`benchmark.tables` says which runs each is compared with."""
 from __future__ import annotations
 
 import numpy as np
@@ -41,14 +44,15 @@ TABLE3 = {
 # Fig. 5: CPCL with cluster vs global prototypes on Office-Caltech: cluster is +2.08 AVG
 FIG5_CLUSTER_MINUS_GLOBAL_AVG = 2.08
 
-TABLES = {"1": TABLE1, "2": TABLE2, "3": TABLE3}
 
 
 def reference(table: dict, method: str, dataset: str, domains: list[str]) -> dict[str, float] | None:
     """The paper's values of `method` on the `domains` that ran and their AVG: the paper's own AVG when every
     domain ran, else the mean of its values on those domains. None when the paper has no row for `method`."""
-    if method not in table:
+    if method not in table or dataset not in table[method]:
         return None
-    row, kept = table[method][dataset], [d for d in DOMAIN_ORDER[dataset] if d in domains]
-    avg = row["AVG"] if kept == DOMAIN_ORDER[dataset] else float(np.mean([row[d] for d in kept]))
+    row = table[method][dataset]
+    order = [d for d in row if d != "AVG"]
+    kept = [d for d in order if d in domains]
+    avg = row["AVG"] if kept == order else float(np.mean([row[d] for d in kept]))
     return {**{d: row[d] for d in kept}, "AVG": avg}

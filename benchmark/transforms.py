@@ -4,9 +4,12 @@
 RandomCrop(32, padding=4) -> RandomHorizontalFlip -> ToTensor -> Normalize:
 per image an offset (i, j) uniform in {0..8}^2 into the zero-padded 40x40
 image and a flip with probability 1/2, done for the whole batch with one
-gather instead of per image through PIL.
+gather instead of per image through PIL. A dataset's protocol names its
+`Transform` (normalisation, and which of crop and flip its training batches get).
 """
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 import torch
 
@@ -15,10 +18,10 @@ IMAGENET_STD = (0.229, 0.224, 0.225)
 PAD = 4
 
 
-def normalize(x_uint8: torch.Tensor) -> torch.Tensor:
-    """ToTensor + Normalize(ImageNet mean, std) for a uint8 N x 3 x H x W batch."""
-    mean = torch.tensor(IMAGENET_MEAN, device=x_uint8.device).view(1, 3, 1, 1)
-    std = torch.tensor(IMAGENET_STD, device=x_uint8.device).view(1, 3, 1, 1)
+def normalize(x_uint8: torch.Tensor, mean: tuple = IMAGENET_MEAN, std: tuple = IMAGENET_STD) -> torch.Tensor:
+    """ToTensor + Normalize(mean, std) (ImageNet's by default) for a uint8 N x 3 x H x W batch."""
+    mean = torch.tensor(mean, device=x_uint8.device).view(1, 3, 1, 1)
+    std = torch.tensor(std, device=x_uint8.device).view(1, 3, 1, 1)
     return (x_uint8.float().div_(255.0) - mean) / std
 
 
@@ -35,11 +38,30 @@ def crop_flip(x: torch.Tensor, top: torch.Tensor, left: torch.Tensor, flip: torc
     return padded[batch, chan, rows[:, None, :, None], cols[:, None, None, :]]
 
 
-def augment(x_uint8: torch.Tensor, generator: torch.Generator | None = None) -> torch.Tensor:
+def augment(x_uint8: torch.Tensor, generator: torch.Generator | None = None, mean: tuple = IMAGENET_MEAN,
+            std: tuple = IMAGENET_STD) -> torch.Tensor:
     """Random crop with 4-pixel zero padding, random horizontal flip, normalise."""
     n = x_uint8.shape[0]
     dev = x_uint8.device
     offsets = torch.randint(0, 2 * PAD + 1, (2, n), generator=generator, device=generator.device if generator else "cpu")
     flip = torch.rand(n, generator=generator, device=offsets.device) < 0.5
     offsets, flip = offsets.to(dev), flip.to(dev)
-    return normalize(crop_flip(x_uint8, offsets[0], offsets[1], flip))
+    return normalize(crop_flip(x_uint8, offsets[0], offsets[1], flip), mean, std)
+
+
+@dataclass(frozen=True)
+class Transform:
+    """A protocol's image pipeline on resident uint8 batches: FPL's by default (random crop with 4-pixel
+    padding and flip for training, ImageNet normalisation); `augment=False`: normalisation only."""
+
+    mean: tuple = IMAGENET_MEAN
+    std: tuple = IMAGENET_STD
+    augment: bool = True
+
+    def train(self, x_uint8: torch.Tensor, generator: torch.Generator | None = None) -> torch.Tensor:
+        """A training batch: augmented (drawing from `generator`) when the protocol augments, normalised."""
+        return augment(x_uint8, generator, self.mean, self.std) if self.augment else self.eval(x_uint8)
+
+    def eval(self, x_uint8: torch.Tensor) -> torch.Tensor:
+        """A test batch: normalised."""
+        return normalize(x_uint8, self.mean, self.std)

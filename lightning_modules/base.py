@@ -41,7 +41,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from benchmark.server import RoundPayload
-from benchmark.transforms import augment
+from benchmark.transforms import Transform
 
 
 def precision_context(precision: str, device: torch.device):
@@ -67,6 +67,7 @@ class ClientModule(L.LightningModule):
     # not changed by training (MOON's global model): the fused engine keeps one copy of them
     shared_state: tuple[str, ...] = ()
     precision_mode = "32-true"  # the engines run the forward passes under precision_context(precision_mode)
+    transform = Transform()  # the protocol's batch transform (the client group sets the dataset's)
 
     def __init__(self, net: nn.Module, hparams: dict | None = None, *, lr: float = 0.01, momentum: float = 0.9,
                  weight_decay: float = 1e-5):
@@ -167,19 +168,23 @@ def bn_updates_per_step(net: nn.Module, updates: int, momentum: float = 0.1) -> 
             m.momentum = 1 - (1 - momentum) ** updates
 
 
-def batches(n: int, batch_size: int, generator: torch.Generator):
-    """Shuffled index batches, the last one short (no drop_last)."""
+def batches(n: int, batch_size: int, generator: torch.Generator, drop_last: bool = False):
+    """Shuffled index batches; the last one short, or dropped with `drop_last` (a DataLoader's rule)."""
     perm = torch.randperm(n, generator=generator)
-    return perm.split(batch_size)
+    out = perm.split(batch_size)
+    return out[: n // batch_size] if drop_last else out
 
 
-def augmented_batch(x: torch.Tensor, y: torch.Tensor, idx: torch.Tensor, generator: torch.Generator, dtype: torch.dtype):
-    """One training batch: the images at `idx` augmented with the client's generator, in the model's dtype."""
+def augmented_batch(x: torch.Tensor, y: torch.Tensor, idx: torch.Tensor, generator: torch.Generator, dtype: torch.dtype,
+                    transform: Transform = Transform()):
+    """One training batch: the images at `idx` through the training transform (augmentation drawn from the
+    client's generator), in the model's dtype."""
     idx = idx.to(x.device)
-    return augment(x[idx], generator).to(dtype), y[idx]
+    return transform.train(x[idx], generator).to(dtype), y[idx]
 
 
-def fit_local(module: ClientModule, x: torch.Tensor, y: torch.Tensor, epochs: int, batch_size: int, generator: torch.Generator) -> float:
+def fit_local(module: ClientModule, x: torch.Tensor, y: torch.Tensor, epochs: int, batch_size: int, generator: torch.Generator,
+              drop_last: bool = False) -> float:
     """Train `module` on the resident uint8 images `x` and labels `y`; returns the mean loss.
 
     Raises NonFiniteLoss (checked once at the end, no per-step host sync) when any
@@ -194,9 +199,9 @@ def fit_local(module: ClientModule, x: torch.Tensor, y: torch.Tensor, epochs: in
     for epoch in range(epochs):
         module.gather_prototypes = epoch == epochs - 1
         module.on_train_epoch_start()
-        for i, idx in enumerate(batches(len(y), batch_size, generator)):
+        for i, idx in enumerate(batches(len(y), batch_size, generator, drop_last)):
             with precision_context(module.precision_mode, x.device):
-                loss = module.training_step(augmented_batch(x, y, idx, generator, dtype), i)
+                loss = module.training_step(augmented_batch(x, y, idx, generator, dtype, module.transform), i)
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
             optimizer.step()
@@ -206,4 +211,6 @@ def fit_local(module: ClientModule, x: torch.Tensor, y: torch.Tensor, epochs: in
             steps += 1
     if not bool(finite):
         raise NonFiniteLoss("non-finite local loss")
+    if steps == 0:
+        raise ValueError(f"no training step: {len(y)} samples give no full batch of {batch_size} with drop_last.")
     return float(total) / steps

@@ -57,6 +57,7 @@ def fit_fused(
     epochs: int,
     batch_size: int,
     generators: list[torch.Generator],
+    drop_last: bool = False,
 ) -> tuple[list[float], Callable[[int], None]]:
     """Train len(data) clients of equal size together.
 
@@ -103,9 +104,9 @@ def fit_fused(
     for epoch in range(epochs):
         module.gather_prototypes = epoch == epochs - 1
         vmap(call("on_train_epoch_start"))(batched)
-        orders = [batches(n, batch_size, g) for g in generators]
+        orders = [batches(n, batch_size, g, drop_last) for g in generators]
         for i, idx in enumerate(zip(*orders)):
-            xb, yb = zip(*(augmented_batch(x, y, j, g, dtype) for x, y, j, g in zip(xs, ys, idx, generators)))
+            xb, yb = zip(*(augmented_batch(x, y, j, g, dtype, module.transform) for x, y, j, g in zip(xs, ys, idx, generators)))
             step = call("training_step")
             with precision_context(module.precision_mode, xs[0].device):
                 losses = vmap(lambda s, xb, yb: step(s, (xb, yb), i))(batched, torch.stack(xb), torch.stack(yb))
@@ -119,6 +120,8 @@ def fit_fused(
     bad = torch.nonzero(~finite).flatten().tolist()
     if bad:
         raise FusedNonFiniteLoss(bad[0])
+    if steps == 0:
+        raise ValueError(f"no training step: {n} samples give no full batch of {batch_size} with drop_last.")
 
     def load(i: int) -> None:
         with torch.no_grad():

@@ -1,4 +1,5 @@
-"""The models, by name: CIFAR-style ResNet-10 of FPL (PROTOCOL.md section 1, 4,903,242 parameters).
+"""The models, by name: CIFAR-style ResNet-10 of FPL (PROTOCOL.md section 1, 4,903,242 parameters) and
+FedPLVM's ResNet-10 for 64x64 inputs (section 2).
 
 A model maps images to (logits, features) and has `features(x)`, `feature_dim` and
 `num_classes`; `build_model` makes the one a dataset's spec names (benchmark/config.py).
@@ -36,7 +37,7 @@ class ResNet10(nn.Module):
     def __init__(self, num_classes: int = 10):
         super().__init__()
         self.num_classes = num_classes
-        self.conv1 = nn.Conv2d(3, 64, 3, 1, 1, bias=False)
+        self.conv1 = self.stem()
         self.bn1 = nn.BatchNorm2d(64)
         widths, strides, cin, layers = (64, 128, 256, 512), (1, 2, 2, 2), 64, []
         for w, s in zip(widths, strides):
@@ -45,8 +46,14 @@ class ResNet10(nn.Module):
         self.layers = nn.Sequential(*layers)
         self.classifier = nn.Linear(512, num_classes)
 
+    def stem(self) -> nn.Module:
+        return nn.Conv2d(3, 64, 3, 1, 1, bias=False)
+
+    def pool(self, x: torch.Tensor) -> torch.Tensor:
+        return x  # no max-pool after the stem
+
     def features(self, x: torch.Tensor) -> torch.Tensor:
-        out = self.layers(F.relu(self.bn1(self.conv1(x))))
+        out = self.layers(self.pool(F.relu(self.bn1(self.conv1(x)))))
         return F.adaptive_avg_pool2d(out, 1).flatten(1)
 
     def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -55,7 +62,25 @@ class ResNet10(nn.Module):
         return self.classifier(z), z
 
 
-MODELS = {"resnet10": ResNet10}
+class ResNet10PLVM(ResNet10):
+    """FedPLVM's resnet10 (its models/resnet.py, for 64x64 inputs): the same stages on a conv5x5 stride-2
+    padding-1 stem and a 3x3 stride-2 max-pool; convolutions Kaiming-normal (fan_out) initialised as
+    there. Its two unused heads (fc1, fc2) are left out (README deviations)."""
+
+    def __init__(self, num_classes: int = 10):
+        super().__init__(num_classes)
+        for m in self.modules():
+            if isinstance(m, nn.Conv2d):
+                nn.init.kaiming_normal_(m.weight, mode="fan_out", nonlinearity="relu")
+
+    def stem(self) -> nn.Module:
+        return nn.Conv2d(3, 64, 5, 2, 1, bias=False)
+
+    def pool(self, x: torch.Tensor) -> torch.Tensor:
+        return F.max_pool2d(x, 3, 2, 1)
+
+
+MODELS = {"resnet10": ResNet10, "resnet10_plvm": ResNet10PLVM}
 
 
 def build_model(name: str, num_classes: int) -> nn.Module:

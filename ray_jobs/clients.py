@@ -62,21 +62,22 @@ class ClientGroup:
         if self.device.type == "cpu":  # the actor's CPU share, in or out of Ray: same kernels, same numbers
             torch.set_num_threads(max(1, int(cfg.cpus_per_actor)))
         self.clients = clients
+        spec = cfg.dataset_spec
         domains = sorted({c["domain"] for c in clients})
-        raw = {d: load_domain(Path(data_root), cfg.dataset, d, need_test=False) for d in domains}
+        raw = {d: load_domain(Path(data_root), cfg.dataset, d, need_test=False, per_class=spec.per_class) for d in domains}
         self.data = {}
         for c in clients:
             dom = raw[c["domain"]]
             idx = np.asarray(c["indices"])
-            x = to_tensor_images(dom.train_x[idx]).to(self.device)
+            x = to_tensor_images(dom.train_x[idx], spec.image_size).to(self.device)
             y = torch.from_numpy(dom.train_y[idx]).to(self.device)
             self.data[c["id"]] = (x, y)
-        spec = cfg.dataset_spec
         net = build_model(spec.model, spec.num_classes)  # its weights are the round's global state before each fit
         self.module = METHODS[cfg.method].client(
             net, cfg.hparams, lr=cfg.lr, momentum=cfg.momentum, weight_decay=cfg.weight_decay
         ).to(self.device)
         self.module.precision_mode = cfg.precision
+        self.module.transform = spec.transform
         self.client_states: dict[int, object] = {}
 
     def subgroups(self) -> list[list[dict]]:
@@ -108,12 +109,13 @@ class ClientGroup:
             try:
                 if len(members) == 1:
                     self.start_client(members[0], global_state, payload, round_idx)
-                    member_losses = [fit_local(self.module, *data[0], cfg.local_epochs, cfg.batch_size, gens[0])]
+                    member_losses = [fit_local(self.module, *data[0], cfg.local_epochs, cfg.batch_size, gens[0],
+                                               cfg.drop_last)]
                     load = lambda i: None  # noqa: E731  (the module holds the one client)
                 else:
                     member_losses, load = fit_fused(
                         self.module, lambda i: self.start_client(members[i], global_state, payload, round_idx),
-                        data, cfg.local_epochs, cfg.batch_size, gens)
+                        data, cfg.local_epochs, cfg.batch_size, gens, cfg.drop_last)
             except NonFiniteLoss as e:
                 c = members[e.index if isinstance(e, FusedNonFiniteLoss) else 0]
                 raise NonFiniteLoss(

@@ -17,7 +17,6 @@ from benchmark.config import RunConfig
 from benchmark.data import eval_subset, load_domain, to_tensor_images
 from benchmark.methods import METHODS
 from benchmark.server import weighted_mean
-from benchmark.transforms import normalize
 from lightning_modules.base import precision_context
 from lightning_modules.resnet import build_model
 from ray_jobs.clients import ClientGroup, resolve_device
@@ -76,9 +75,10 @@ class Driver:
         self.payload = None  # round 0: no prototypes yet
         self.test_sets = {}
         for d in cfg.domains:
-            dom = load_domain(Path(data_root), cfg.dataset, d, need_train=False)
+            dom = load_domain(Path(data_root), cfg.dataset, d, need_train=False, per_class=spec.per_class)
             keep = eval_subset(len(dom.test_y), cfg.eval_max)
-            self.test_sets[d] = (to_tensor_images(dom.test_x[keep]).to(self.device), torch.from_numpy(dom.test_y[keep]).to(self.device))
+            self.test_sets[d] = (to_tensor_images(dom.test_x[keep], spec.image_size).to(self.device),
+                                 torch.from_numpy(dom.test_y[keep]).to(self.device))
         mean_size = float(np.mean([c["num_samples"] for c in clients]))  # data_share: n_k / mean n (FedDyn's alpha_k)
         clients = [{**c, "data_share": c["num_samples"] / mean_size} for c in clients]
         executor = RayExecutor if cfg.executor == "ray" else LocalExecutor
@@ -138,7 +138,7 @@ class Driver:
             correct = 0
             for i in range(0, len(y), batch_size):
                 with precision_context(self.cfg.precision, self.device):
-                    logits, _ = self.model(normalize(x[i : i + batch_size]))
+                    logits, _ = self.model(self.cfg.dataset_spec.transform.eval(x[i : i + batch_size]))
                 correct += int((logits.argmax(1) == y[i : i + batch_size]).sum())
             acc[d] = 100.0 * correct / len(y)
         acc["AVG"] = float(np.mean([acc[d] for d in self.test_sets]))

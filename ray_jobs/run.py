@@ -18,7 +18,7 @@ from urllib.parse import urlparse
 
 import pandas as pd
 
-from benchmark.config import CLIENT_PCT, ConfigError, RunConfig
+from benchmark.config import PRESETS, ConfigError, RunConfig
 from benchmark.data import DataError, check_domains_present, plan_clients, resolve_data_root
 from benchmark.methods import METHODS, HyperparameterError
 from benchmark.figures import plot_curves
@@ -49,12 +49,18 @@ def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m ray_jobs.run", description=__doc__,
                                 formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     d = RunConfig.__dataclass_fields__
+    p.add_argument("--preset", default=None,
+                   help=f"a paper's protocol, one of {', '.join(PRESETS)}; the flags below override its values "
+                        "(without a preset: FPL's protocol, the defaults shown)")
     p.add_argument("--method", default=d["method"].default, help=f"one of {', '.join(METHODS)}")
-    p.add_argument("--dataset", default=d["dataset"].default, help="digits or office_caltech")
+    p.add_argument("--dataset", default=None, help="digits (default), office_caltech, digit5 or office10")
     p.add_argument("--split", default=None, help="client split preset (digits: code [default] or paper)")
     p.add_argument("--domains", default=None, help="comma-separated subset of the dataset's domains")
-    p.add_argument("--rounds", type=int, default=d["rounds"].default)
-    p.add_argument("--local-epochs", type=int, default=d["local_epochs"].default)
+    p.add_argument("--rounds", type=int, default=None, help=f"default {d['rounds'].default}")
+    p.add_argument("--local-epochs", type=int, default=None, help=f"default {d['local_epochs'].default}")
+    p.add_argument("--batch-size", type=int, default=None, help=f"default {d['batch_size'].default}")
+    p.add_argument("--lr", type=float, default=None, help=f"default {d['lr'].default}")
+    p.add_argument("--momentum", type=float, default=None, help=f"default {d['momentum'].default}")
     p.add_argument("--seed", type=int, default=d["seed"].default)
     p.add_argument("--hp", action="append", default=[], metavar="NAME=VALUE", help="method hyperparameter, e.g. tau=0.02")
     p.add_argument("--client-fraction", type=float, default=1.0, help="scales every client's sample count")
@@ -81,10 +87,14 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def config_from_args(args) -> RunConfig:
-    return RunConfig(
-        method=args.method, dataset=args.dataset, split=args.split,
+    """The preset's protocol (FPL's defaults without one), with every flag given on the command line over it."""
+    given = {k: v for k, v in dict(dataset=args.dataset, rounds=args.rounds, local_epochs=args.local_epochs,
+                                   batch_size=args.batch_size, lr=args.lr, momentum=args.momentum).items() if v is not None}
+    make = (lambda **kw: RunConfig.from_preset(args.preset, **kw)) if args.preset else RunConfig
+    return make(
+        **given, method=args.method, split=args.split,
         domains=args.domains.split(",") if args.domains else None,
-        rounds=args.rounds, local_epochs=args.local_epochs, seed=args.seed, hparams=parse_hp(args.hp),
+        seed=args.seed, hparams=parse_hp(args.hp),
         client_fraction=args.client_fraction, eval_max=args.eval_max, executor=args.executor,
         num_actors=args.num_actors, cpus_per_actor=args.cpus_per_actor, gpus_per_actor=args.gpus_per_actor,
         driver_cpus=args.driver_cpus, driver_gpus=args.driver_gpus, device=args.device, engine=args.engine, precision=args.precision,
@@ -144,7 +154,13 @@ def run(cfg: RunConfig, quiet: bool = False) -> dict:
     """Run one experiment end to end; returns summary.json's content."""
     root = resolve_data_root(cfg.data_root)
     check_domains_present(root, cfg.dataset, cfg.domains)
-    clients = plan_clients(root, cfg.dataset, cfg.clients_per_domain, CLIENT_PCT[cfg.dataset], cfg.seed, cfg.client_fraction)
+    spec = cfg.dataset_spec
+    clients = plan_clients(root, cfg.dataset, cfg.clients_per_domain, spec.client_pct, cfg.seed, cfg.client_fraction,
+                           spec.per_class)
+    short = [c for c in clients if cfg.drop_last and c["num_samples"] < cfg.batch_size]
+    if short:
+        raise ConfigError(f"client {short[0]['id']} ({short[0]['domain']}) has {short[0]['num_samples']} samples, no full "
+                          f"batch of {cfg.batch_size} with drop_last; use a smaller --batch-size or a larger --client-fraction.")
     out = Path(cfg.out) if cfg.out else DEFAULT_OUT / cfg.run_name
     record_cfg = {**cfg.to_dict(), "run_name": cfg.run_name, "dropped_domains": cfg.dropped_domains,
                   "data_root": str(root), "out": str(out)}

@@ -1,7 +1,9 @@
-"""`make table1|table2|table3`: the paper's sweeps through Ray, resumable, then a report beside the paper.
+"""`make table1|table2|table3|...`: a paper table's sweep through Ray, resumable, then a report beside the paper.
 
     python -m ray_jobs.sweep --table 2 [--profile full|smoke] [--domains mnist,usps,syn]
 
+The tables (their runs as method x preset, the paper's numbers, the metric, the seeds)
+are data in `benchmark.tables`.
 A run whose complete summary.json exists is not run again, so an interrupted
 sweep continues where it stopped. Runs go to Ray concurrently as far as the
 cluster's resources allow (RAY_ADDRESS for a cluster, else a local instance).
@@ -22,28 +24,14 @@ import pandas as pd
 from tqdm import tqdm
 
 from benchmark import paper
-from benchmark.config import ConfigError, RunConfig
+from benchmark.config import PRESETS, ConfigError, RunConfig
 from benchmark.data import DATASETS, DataError, check_domains_present, resolve_data_root
 from benchmark.figures import RUNS_LINE, table_figures
-from benchmark.methods import TABLE2_METHODS
 from benchmark.results import atomic_write, is_complete, protocol, read_summary, wandb_mode
+from benchmark.tables import METRICS, PROFILES, TABLES
 from ray_jobs.progress import SweepProgress
 from ray_jobs.run import RunError, init_ray, run
 
-PROFILES = {
-    "full": dict(rounds=100, local_epochs=10, seeds=[0, 1, 2], client_fraction=1.0, eval_max=None),
-    "smoke": dict(rounds=2, local_epochs=1, seeds=[0], client_fraction=0.05, eval_max=100),
-}
-BOTH = ["digits", "office_caltech"]
-TABLES = {
-    "2": {"title": "FPL Table 2", "rows": [(m, d) for d in BOTH for m in TABLE2_METHODS], "paper": paper.TABLE2},
-    "1": {"title": "FPL Table 1 (CPCL / UPCR ablation)",
-          "rows": [(m, d) for d in BOTH for m in paper.TABLE1], "paper": paper.TABLE1},
-    "3": {"title": "FPL Table 3 (consistency target G vs U) and Fig. 5 (CPCL cluster vs global prototypes)",
-          "rows": [(m, d) for d in BOTH for m in paper.TABLE3]
-          + [("fpl_cpcl_only", "office_caltech"), ("fpl_cpcl_global", "office_caltech")],
-          "paper": paper.TABLE3},
-}
 FLAG_POINTS = 2.0
 
 
@@ -56,12 +44,14 @@ def domains_for(dataset: str, requested: list[str] | None) -> list[str]:
 def plan(table: str, profile: str, requested_domains: list[str] | None, results_dir: Path, data_root: str | None,
          extra: dict | None = None) -> list[RunConfig]:
     """Every run of the sweep; stops before any run when a needed domain is absent from the data root."""
-    p = PROFILES[profile]
+    spec = TABLES[table]
     root = resolve_data_root(data_root)
-    unknown = sorted(set(requested_domains or []) - {d for ds in DATASETS.values() for d in ds})
+    every = list(dict.fromkeys(d for ds in DATASETS.values() for d in ds))
+    unknown = sorted(set(requested_domains or []) - set(every))
     if unknown:
-        raise ConfigError(f"unknown domain(s) {unknown}; choose from {', '.join(d for ds in DATASETS.values() for d in ds)}.")
-    for ds in sorted({d for _, d in TABLES[table]["rows"]}):
+        raise ConfigError(f"unknown domain(s) {unknown}; choose from {', '.join(every)}.")
+    dataset_of = {p: PRESETS[p]["dataset"] for _, p in spec.rows}
+    for ds in dict.fromkeys(dataset_of.values()):
         doms = domains_for(ds, requested_domains)
         try:
             check_domains_present(root, ds, doms)
@@ -69,12 +59,11 @@ def plan(table: str, profile: str, requested_domains: list[str] | None, results_
             raise DataError(f"{e} The sweep started no run. To go on without a domain, name the ones to use, "
                             f"for example DOMAINS={','.join(d for d in doms if d != 'svhn')} make table{table}.") from None
     runs = []
-    for method, ds in TABLES[table]["rows"]:
-        for seed in p["seeds"]:
-            cfg = RunConfig(method=method, dataset=ds, domains=domains_for(ds, requested_domains), seed=seed,
-                            rounds=p["rounds"], local_epochs=p["local_epochs"], client_fraction=p["client_fraction"],
-                            eval_max=p["eval_max"], data_root=str(root), wandb_group=f"table{table}-{profile}",
-                            **(extra or {}))
+    for method, preset in spec.rows:
+        for seed in spec.seeds_for(profile):
+            cfg = RunConfig.from_preset(preset, method=method, domains=domains_for(dataset_of[preset], requested_domains),
+                                        seed=seed, data_root=str(root), wandb_group=f"table{table}-{profile}",
+                                        **spec.overrides(profile), **(extra or {}))
             runs.append(dataclasses.replace(cfg, out=str(results_dir / "runs" / cfg.run_name)))
     return runs
 
@@ -119,12 +108,12 @@ def execute(runs: list[RunConfig], parallel: int | None) -> list[str]:
     return [c.run_name for c in todo]
 
 
-def collect(runs: list[RunConfig]) -> pd.DataFrame:
-    """One row per (method, dataset, domain): mean and std over seeds of the last-5-round accuracy."""
+def collect(runs: list[RunConfig], metric: str = "last5") -> pd.DataFrame:
+    """One row per (method, dataset, domain): mean and std over seeds of the accuracy by `metric`."""
     rows = []
     for cfg in runs:
         s = read_summary(Path(cfg.out))
-        for dom, acc in s["last5"].items():
+        for dom, acc in s[metric].items():
             rows.append({"method": cfg.method, "dataset": cfg.dataset, "domain": dom, "seed": cfg.seed, "acc": acc})
     df = pd.DataFrame(rows)
     return df.groupby(["method", "dataset", "domain"], sort=False)["acc"].agg(ours="mean", std="std", seeds="count").reset_index()
@@ -134,28 +123,31 @@ def report(table: str, profile: str, runs: list[RunConfig], results_dir: Path) -
     """results_dir/table<N>.md and .csv: ours (mean, std over seeds) beside the paper, differences,
     change against FedAvg, rank order; rows more than 2 points from the paper flagged."""
     spec = TABLES[table]
-    agg = collect(runs)
-    ref = spec["paper"]
+    agg = collect(runs, spec.metric)
+    ref = spec.paper
     lines, csv_rows = [], []
     dropped = {c.dataset: c.dropped_domains for c in runs if c.dropped_domains}
-    title = f"# {spec['title']}: reproduction ({profile} profile"
+    title = f"# {spec.title}: reproduction ({profile} profile"
     title += ", SMOKE SETTINGS: not comparable to the paper)" if profile == "smoke" else ")"
     if dropped:
         title += " — without " + ", ".join(f"{d} ({ds})" for ds, ds_d in dropped.items() for d in ds_d)
-    p = PROFILES[profile]
-    lines += [title, "", f"{p['rounds']} rounds x {p['local_epochs']} local epochs, seeds {p['seeds']}, client fraction "
-              f"{p['client_fraction']}; accuracy (%) of the global model, mean of the last 5 rounds; mean ± std over seeds "
-              f"(paper value, ours - paper). ⚠ = a compared cell more than {FLAG_POINTS:g} points from the paper.", ""]
-    for ds in [d for d in BOTH if any(r[1] == d for r in spec["rows"])]:
-        doms = paper.DOMAIN_ORDER[ds]
+    lines += [title, "", f"Seeds {list(spec.seeds_for(profile))}; accuracy (%) of the evaluated model, "
+              f"{METRICS[spec.metric]}; mean ± std over seeds (paper value, ours - paper). "
+              f"⚠ = a compared cell more than {FLAG_POINTS:g} points from the paper.", ""]
+    for ds in dict.fromkeys(c.dataset for c in runs):
+        doms = list(DATASETS[ds])
         kept = [d for d in doms if d not in dropped.get(ds, [])]
-        methods = [m for m, d in spec["rows"] if d == ds]
+        methods = list(dict.fromkeys(c.method for c in runs if c.dataset == ds))
+        c0 = next(c for c in runs if c.dataset == ds)
+        setting = (f"Preset {c0.preset}: {c0.rounds} rounds x {c0.local_epochs} local epochs, batch {c0.batch_size}, "
+                   f"lr {c0.lr:g}, momentum {c0.momentum:g}, client fraction {c0.client_fraction:g}"
+                   + (f", test sets capped at {c0.eval_max}" if c0.eval_max else "") + ".")
         sub = agg[agg.dataset == ds].set_index(["method", "domain"])
         avg_label = "AVG" if len(kept) == len(doms) else f"AVG of {len(kept)}"
         header = ["method", *doms, avg_label, "Δ FedAvg (paper)", "rank (paper)", "flag"]
         body = []
         # the paper's AVG when every domain ran, else the mean of its values on the domains that ran
-        paper_avg = {m: paper.reference(ref, m, ds, kept)["AVG"] for m in methods if m in ref}
+        paper_avg = {m: paper.reference(ref, m, ds, kept)["AVG"] for m in methods if paper.reference(ref, m, ds, kept)}
         our_avg = {m: float(sub.loc[(m, "AVG"), "ours"]) for m in methods}
         order = sorted(methods, key=lambda m: -our_avg[m])
         paper_order = sorted(paper_avg, key=lambda m: -paper_avg[m])
@@ -166,7 +158,7 @@ def report(table: str, profile: str, runs: list[RunConfig], results_dir: Path) -
                     cells.append("")
                     continue
                 ours, std = sub.loc[(m, d), "ours"], sub.loc[(m, d), "std"]
-                pv = paper_avg.get(m) if d == "AVG" else (ref[m][ds][d] if m in ref else None)
+                pv = paper_avg.get(m) if d == "AVG" else ref.get(m, {}).get(ds, {}).get(d)
                 diff = None if pv is None else ours - pv
                 flag |= diff is not None and abs(diff) > FLAG_POINTS
                 std_s = "" if np.isnan(std) else f" ± {std:.2f}"
@@ -186,7 +178,7 @@ def report(table: str, profile: str, runs: list[RunConfig], results_dir: Path) -
             cells.append("⚠" if flag else "")
             body.append(cells)
         lines += [f"## {ds}" + (f" (without {', '.join(dropped[ds])}; compared on the remaining domains)" if ds in dropped else ""), "",
-                  "| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+                  setting, "", "| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
         lines += ["| " + " | ".join(str(c) for c in row) + " |" for row in body]
         if table == "3" and ds == "office_caltech":
             gap = our_avg["fpl_cpcl_only"] - our_avg["fpl_cpcl_global"]
@@ -194,7 +186,7 @@ def report(table: str, profile: str, runs: list[RunConfig], results_dir: Path) -
                       f"paper {paper.FIG5_CLUSTER_MINUS_GLOBAL_AVG:+.2f}."]
         lines.append("")
     fig_dir = results_dir / "figures" / f"table{table}"
-    figs = table_figures(table, [Path(c.out) for c in runs], fig_dir, f"{spec['title']}, {profile} profile")
+    figs = table_figures(table, [Path(c.out) for c in runs], fig_dir, f"{spec.title}, {profile} profile")
     rel = f"figures/table{table}"
     lines += [f"Figures: accuracy over rounds per method, mean over seeds with a ± std band ([SVG]({rel}/curves.svg)); "
               f"per-domain last-5 accuracy beside the paper's ([SVG]({rel}/bars.svg)).", "",

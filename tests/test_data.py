@@ -13,7 +13,7 @@ import torch
 import torchvision.transforms.functional as TF
 
 from benchmark import data as D
-from benchmark.config import CLIENT_PCT, SPLITS, RunConfig, reference_random_split
+from benchmark.config import DATASET_SPECS, SPLITS, RunConfig, reference_random_split
 from benchmark.data import DataError, office_split, partition_domain, plan_clients, resolve_data_root, to_tensor_images
 
 # hand-known training set sizes (README of the shared data; Office by the i % 10 <= 7 rule)
@@ -64,9 +64,9 @@ def test_digits_partition_counts(data_root, preset):
     expected_split = {"code": {"mnist": 6, "usps": 4, "svhn": 3, "syn": 7},
                       "paper": {"mnist": 3, "usps": 7, "svhn": 6, "syn": 4}}[preset]
     assert split == expected_split
-    assert CLIENT_PCT["digits"] == 0.01
+    assert DATASET_SPECS["digits"].client_pct == 0.01
     domains = {d: split[d] for d in ("mnist", "usps", "syn")}  # no full SVHN in the shared data
-    clients = plan_clients(data_root, "digits", domains, CLIENT_PCT["digits"], seed=0)
+    clients = plan_clients(data_root, "digits", domains, DATASET_SPECS["digits"].client_pct, seed=0)
     assert [c["id"] for c in clients] == list(range(sum(domains.values())))
     assert [c["domain"] for c in clients] == [d for d, n in domains.items() for _ in range(n)]
     for d, cs in _by_domain(clients).items():
@@ -144,7 +144,7 @@ def test_office_partition_counts_and_fill(data_root):
     """Every Office client keeps int(0.2 N) samples and holds all 10 classes (RethinkFL's swap)."""
     split = SPLITS["office_caltech"]["default"]
     assert split == {"caltech": 3, "amazon": 2, "webcam": 1, "dslr": 4}
-    assert CLIENT_PCT["office_caltech"] == 0.2
+    assert DATASET_SPECS["office_caltech"].client_pct == 0.2
     swapped = 0
     for seed in (0, 1):
         clients = plan_clients(data_root, "office_caltech", split, 0.2, seed=seed)

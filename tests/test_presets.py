@@ -1,0 +1,137 @@
+"""Protocol presets: a paper's protocol is data (DatasetSpec + PRESETS), reached with --preset; FedPLVM's
+Digit-5 / Office-10 data protocol (first k per class, 64x64, its transform) and its ResNet-10 variant."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from benchmark.config import DATASET_SPECS, PRESETS, ConfigError, RunConfig
+from benchmark.data import first_per_class, load_domain, plan_clients, to_tensor_images
+from benchmark.transforms import Transform, augment, normalize
+from lightning_modules.base import batches
+from lightning_modules.resnet import build_model
+from ray_jobs.run import build_parser, config_from_args
+
+
+def _first_k_by_loop(labels: np.ndarray, k: int) -> list[int]:
+    seen: dict[int, int] = {}
+    out = []
+    for i, y in enumerate(labels):
+        if seen.get(int(y), 0) < k:
+            seen[int(y)] = seen.get(int(y), 0) + 1
+            out.append(i)
+    return out
+
+
+def test_first_per_class_against_a_loop():
+    labels = np.array([3, 1, 3, 3, 0, 1, 2, 3, 0, 2, 2, 1])
+    assert first_per_class(labels, 2).tolist() == _first_k_by_loop(labels, 2) == [0, 1, 2, 4, 5, 6, 8, 9]
+    assert first_per_class(labels[:0], 2).tolist() == []
+
+
+def test_digit5_clients_and_test_sets_on_the_real_data(data_root):
+    spec = DATASET_SPECS["digit5"]
+    doms = ["mnist", "usps", "syn", "mnistm"]  # the shared data has no full SVHN
+    clients = plan_clients(data_root, "digit5", {d: 1 for d in doms}, spec.client_pct, seed=0, per_class=spec.per_class)
+    assert [c["domain"] for c in clients] == doms
+    for c in clients:
+        dom = load_domain(data_root, "digit5", c["domain"], per_class=spec.per_class)
+        full = load_domain(data_root, "digit5", c["domain"])
+        # train: the first 10 of each class of the training archive, in order; test: the first 100 of each class
+        assert np.array_equal(dom.train_y, full.train_y[_first_k_by_loop(full.train_y, 10)])
+        assert np.array_equal(dom.train_x, full.train_x[_first_k_by_loop(full.train_y, 10)])
+        assert np.array_equal(dom.test_y, full.test_y[_first_k_by_loop(full.test_y, 100)])
+        assert c["num_samples"] == 100 and np.bincount(dom.train_y[c["indices"]]).tolist() == [10] * 10
+        assert np.bincount(dom.test_y).tolist() == [100] * 10
+
+
+def test_office10_takes_the_first_ten_per_class_of_the_position_split(data_root):
+    spec = DATASET_SPECS["office10"]
+    dom = load_domain(data_root, "office10", "dslr", per_class=spec.per_class)
+    fpl = load_domain(data_root, "office_caltech", "dslr")
+    assert np.array_equal(dom.train_y, fpl.train_y[_first_k_by_loop(fpl.train_y, 10)])
+    assert np.array_equal(dom.test_y, fpl.test_y)  # fewer than 100 per class: the whole test split
+    counts = np.bincount(fpl.train_y, minlength=10)
+    assert np.bincount(dom.train_y, minlength=10).tolist() == np.minimum(counts, 10).tolist()
+
+
+def test_client_fraction_scales_the_per_class_count(data_root):
+    spec = DATASET_SPECS["digit5"]
+    (c,) = plan_clients(data_root, "digit5", {"usps": 1}, None, seed=0, fraction=0.35, per_class=spec.per_class)
+    assert c["num_samples"] == 30  # int(0.35 * 10) = 3 per class
+    with pytest.raises(Exception, match="one client per domain"):
+        plan_clients(data_root, "digit5", {"usps": 2}, None, seed=0, per_class=spec.per_class)
+
+
+def test_images_resized_to_the_protocol_size(data_root):
+    with np.load(data_root / "digits/usps_test.npz") as z:
+        x = z["x"][:3]
+    t = to_tensor_images(x, 64)
+    assert t.shape == (3, 3, 64, 64) and t.dtype == torch.uint8
+
+
+def test_transforms():
+    x = torch.randint(0, 256, (5, 3, 8, 8), dtype=torch.uint8)
+    half = Transform(mean=(0.5,) * 3, std=(0.5,) * 3, augment=False)
+    expected = x.float() / 255 * 2 - 1  # (v - 0.5) / 0.5 by hand
+    torch.testing.assert_close(half.train(x, torch.Generator().manual_seed(0)), expected)
+    torch.testing.assert_close(half.eval(x), expected)
+    plain = Transform(mean=(0.0,) * 3, std=(1.0,) * 3, augment=False)
+    torch.testing.assert_close(plain.eval(x), x.float() / 255)
+    # the default is FPL's: the same draws and values as augment / normalize
+    fpl = Transform()
+    torch.testing.assert_close(fpl.train(x, torch.Generator().manual_seed(3)), augment(x, torch.Generator().manual_seed(3)))
+    torch.testing.assert_close(fpl.eval(x), normalize(x))
+
+
+def test_drop_last_batches():
+    g = torch.Generator().manual_seed(0)
+    out = batches(100, 32, g, drop_last=True)
+    assert [len(b) for b in out] == [32, 32, 32]
+    assert len(torch.cat(out).unique()) == 96
+    assert [len(b) for b in batches(100, 32, torch.Generator().manual_seed(0))] == [32, 32, 32, 4]
+
+
+def test_plvm_resnet10_shape_and_parameter_count():
+    net = build_model("resnet10_plvm", 10)
+    fpl = build_model("resnet10", 10)
+    # only the stem differs: a 5x5 instead of a 3x3 convolution, 3 * 64 * (25 - 9) more weights
+    assert sum(p.numel() for p in net.parameters()) - sum(p.numel() for p in fpl.parameters()) == 3 * 64 * 16
+    # 64 -> conv5 s2 p1: 31 -> max-pool 3/2/1: 16 -> stages 16, 8, 4, 2 -> pooled 512-d features
+    stem = net.pool(torch.relu(net.bn1(net.conv1(torch.zeros(1, 3, 64, 64)))))
+    assert stem.shape == (1, 64, 16, 16)
+    logits, z = net(torch.randn(2, 3, 64, 64))
+    assert logits.shape == (2, 10) and z.shape == (2, 512) and (z >= 0).all()
+
+
+def test_presets_are_the_protocols():
+    plvm = RunConfig.from_preset("fedplvm-digit5", seed=4)
+    assert (plvm.dataset, plvm.rounds, plvm.local_epochs, plvm.batch_size, plvm.momentum, plvm.drop_last, plvm.seed) == \
+        ("digit5", 50, 2, 32, 0.5, True, 4)
+    assert RunConfig.from_preset("fedplvm-office10").rounds == 80
+    assert plvm.dataset_spec.image_size == 64 and plvm.dataset_spec.model == "resnet10_plvm"
+    # FPL's presets are RunConfig's defaults
+    assert RunConfig.from_preset("fpl-office") == RunConfig(dataset="office_caltech", preset="fpl-office")
+    assert set(PRESETS) >= {"fpl-digits", "fpl-office", "fedplvm-digit5", "fedplvm-office10"}
+    with pytest.raises(ConfigError, match="unknown preset 'fedplvm'.*fedplvm-digit5"):
+        RunConfig.from_preset("fedplvm")
+
+
+def test_command_line_flags_override_the_preset():
+    parse = lambda *a: config_from_args(build_parser().parse_args(list(a)))  # noqa: E731
+    cfg = parse("--preset", "fedplvm-digit5", "--rounds", "3", "--momentum", "0.9", "--method", "fedavg")
+    assert (cfg.preset, cfg.dataset, cfg.rounds, cfg.momentum, cfg.batch_size, cfg.local_epochs) == \
+        ("fedplvm-digit5", "digit5", 3, 0.9, 32, 2)
+    plain = parse("--dataset", "office_caltech")
+    assert plain == RunConfig(dataset="office_caltech")
+
+
+def test_drop_last_with_a_client_smaller_than_a_batch_is_refused(data_root, tmp_path):
+    from ray_jobs.run import run
+
+    cfg = RunConfig.from_preset("fedplvm-digit5", method="fedavg", domains=["usps"], client_fraction=0.2,
+                                executor="local", data_root=str(data_root), out=str(tmp_path / "r"))
+    with pytest.raises(ConfigError, match=r"20 samples, no full batch of 32 with drop_last"):
+        run(cfg, quiet=True)
+    assert not (tmp_path / "r").exists()
