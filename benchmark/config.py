@@ -19,6 +19,7 @@ from benchmark.data import DATASETS, IMAGE_SIZE
 from benchmark.transforms import Transform
 
 ENGINES = ("auto", "sequential", "fused")  # client training engines (ray_jobs.clients)
+DEVICES = ("auto", "cpu", "cuda")  # --device (auto: cuda when the process sees a GPU)
 PRECISIONS = ("32-true", "bf16-mixed")  # Lightning's precision names (lightning_modules.base.precision_context)
 
 # Client splits per dataset (clients per domain, in domain order). PROTOCOL.md section 1.
@@ -179,6 +180,13 @@ class RunConfig:
             raise ConfigError(f"batch size must be at least 1 (got {self.batch_size}).")
         if self.num_actors < 1:
             raise ConfigError(f"num-actors must be at least 1 (got {self.num_actors}).")
+        if self.seed < 0:
+            raise ConfigError(f"seed must be 0 or more (got {self.seed}).")
+        for name in ("cpus_per_actor", "gpus_per_actor", "driver_cpus", "driver_gpus"):
+            if not getattr(self, name) >= 0:
+                raise ConfigError(f"{name.replace('_', '-')} must be 0 or more (got {getattr(self, name)}).")
+        if self.device not in DEVICES and not self.device.startswith("cuda:"):
+            raise ConfigError(f"unknown device {self.device!r}; choose one of: {', '.join(DEVICES)} (or cuda:N).")
         spec = METHODS[self.method]
         unknown_hp = sorted(set(self.hparams) - set(spec.defaults))
         if unknown_hp:

@@ -45,8 +45,16 @@ def parse_hp(items: list[str]) -> dict:
     return out
 
 
+class OneLineParser(argparse.ArgumentParser):
+    """argparse that answers bad input with one line (`error: ...`) and exit code 2, no usage block."""
+
+    def error(self, message: str):
+        print(f"error: {message}; see `{self.prog} --help`.", file=sys.stderr)
+        sys.exit(2)
+
+
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m ray_jobs.run", description=__doc__,
+    p = OneLineParser(prog="python -m ray_jobs.run", description=__doc__,
                                 formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     d = RunConfig.__dataclass_fields__
     p.add_argument("--preset", default=None,
@@ -120,6 +128,23 @@ def check_ray_address(address: str | None) -> None:
         ) from None
 
 
+def check_device(cfg: RunConfig) -> None:
+    """--device cuda needs a GPU where the model runs: this machine (local executor) or a GPU share for the
+    driver and every actor (Ray gives a process without a GPU share no CUDA device)."""
+    if not cfg.device.startswith("cuda"):
+        return
+    if cfg.executor == "local":
+        import torch
+
+        if not torch.cuda.is_available():
+            raise ConfigError(f"--device {cfg.device} but this machine has no CUDA GPU (torch.cuda.is_available() is "
+                              "False); use --device cpu or --device auto.")
+    elif cfg.driver_gpus <= 0 or cfg.gpus_per_actor <= 0:
+        raise ConfigError(f"--device {cfg.device} with the Ray executor needs a GPU share for the driver and every actor "
+                          f"(got --driver-gpus {cfg.driver_gpus:g}, --gpus-per-actor {cfg.gpus_per_actor:g}); give both "
+                          "(fractions share a GPU) or use --device auto.")
+
+
 def init_ray(cfg: RunConfig):
     import ray
 
@@ -152,6 +177,7 @@ def init_ray(cfg: RunConfig):
 
 def run(cfg: RunConfig, quiet: bool = False) -> dict:
     """Run one experiment end to end; returns summary.json's content."""
+    check_device(cfg)
     root = resolve_data_root(cfg.data_root)
     check_domains_present(root, cfg.dataset, cfg.domains)
     spec = cfg.dataset_spec
@@ -208,7 +234,10 @@ def format_table(summary: dict) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    try:
+        args = build_parser().parse_args(argv)
+    except SystemExit as e:  # bad flags (one line printed, code 2) or --help (code 0)
+        return e.code
     t0 = time.time()
     try:
         cfg = config_from_args(args)

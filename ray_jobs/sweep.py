@@ -30,7 +30,7 @@ from benchmark.figures import RUNS_LINE, table_figures
 from benchmark.results import atomic_write, is_complete, protocol, read_summary, wandb_mode
 from benchmark.tables import METRICS, PROFILES, TABLES
 from ray_jobs.progress import SweepProgress
-from ray_jobs.run import RunError, init_ray, run
+from ray_jobs.run import OneLineParser, RunError, init_ray, run
 
 FLAG_POINTS = 2.0
 
@@ -223,7 +223,7 @@ def log_wandb(table: str, profile: str, df: pd.DataFrame, figs: dict) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m ray_jobs.sweep", description=__doc__,
+    ap = OneLineParser(prog="python -m ray_jobs.sweep", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--table", required=True, choices=sorted(TABLES))
     ap.add_argument("--profile", default="full", choices=sorted(PROFILES))

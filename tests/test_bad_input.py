@@ -127,3 +127,60 @@ def test_split_asks_more_than_the_domain_has(capsys, tmp_path, data_root, monkey
         f.write(f"{digest}  digits/usps_train.npz\n")
     err = fails(capsys, ["--domains", "usps", "--data-root", str(root), *SMALL], tmp_path / "out")
     assert "digits/usps" in err and "more samples than the domain has" in err and "int(0.01 x 50) = 0" in err
+
+
+# ------------------------------------------------------------------ the rest of the command line: one line, code 2
+
+
+@pytest.mark.parametrize("argv,expected", [
+    (["--domains", "mnist,kodak"], "unknown domain(s) ['kodak'] for digits; choose from: mnist, usps, svhn, syn."),
+    (["--local-epochs", "0"], "local epochs must be at least 1 (got 0)."),
+    (["--client-fraction", "0"], "client fraction must be in (0, 1] (got 0.0)."),
+    (["--client-fraction", "1.5"], "client fraction must be in (0, 1] (got 1.5)."),
+    (["--eval-max", "0"], "eval-max must be at least 1 (got 0)."),
+    (["--num-actors", "0"], "num-actors must be at least 1 (got 0)."),
+    (["--hp", "tau"], "--hp takes name=value (got 'tau')."),
+    (["--hp", "mu=0.5"], "unknown hyperparameter(s) ['mu'] for fpl; it takes: cpcl, cpcl_protos, tau, upcr"),
+    (["--rounds", "two"], "argument --rounds: invalid int value: 'two'; see `python -m ray_jobs.run --help`."),
+    (["--rounds", "2.5"], "argument --rounds: invalid int value: '2.5'"),
+    (["--client-fraction", "half"], "argument --client-fraction: invalid float value: 'half'"),
+    (["--executor", "k8s"], "argument --executor: invalid choice: 'k8s'"),
+    (["--device", "tpu"], "unknown device 'tpu'; choose one of: auto, cpu, cuda (or cuda:N)."),
+    (["--seed", "-1"], "seed must be 0 or more (got -1)."),
+    (["--cpus-per-actor", "-1"], "cpus-per-actor must be 0 or more (got -1.0)."),
+    (["--bogus-flag"], "unrecognized arguments: --bogus-flag"),
+])
+def test_bad_flag_one_line_code_2(capsys, tmp_path, data_root, argv, expected):
+    err = fails(capsys, [*argv, "--data-root", str(data_root)], tmp_path)
+    assert expected in err
+    assert "usage:" not in err and "Traceback" not in err
+    assert not (tmp_path / "config.json").exists()
+
+
+def test_device_cuda_without_a_gpu(capsys, tmp_path, data_root):
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("this machine has a GPU")
+    err = fails(capsys, ["--device", "cuda", "--dataset", "office_caltech", "--data-root", str(data_root), *SMALL], tmp_path)
+    assert "--device cuda but this machine has no CUDA GPU" in err and "--device cpu" in err
+    assert not (tmp_path / "config.json").exists()
+
+
+def test_device_cuda_on_ray_without_gpu_shares(capsys, tmp_path, data_root):
+    err = fails(capsys, ["--device", "cuda", "--executor", "ray", "--dataset", "office_caltech",
+                         "--data-root", str(data_root)], tmp_path)
+    assert "--device cuda with the Ray executor needs a GPU share" in err and "--gpus-per-actor 0" in err
+
+
+def test_gpus_requested_on_a_cluster_without_any(capsys, tmp_path, data_root, ray_cluster):
+    argv = ["--dataset", "office_caltech", "--data-root", str(data_root), *SMALL[:-2], "--executor", "ray",
+            "--gpus-per-actor", "0.5"]
+    err = fails(capsys, argv, tmp_path)
+    assert "asks for 3 CPUs and 1 GPUs (driver plus 2 actors)" in err and "has 4 CPUs and 0 GPUs" in err
+    assert not (tmp_path / "config.json").exists()
+
+
+def test_help_exits_zero(capsys):
+    assert main(["--help"]) == 0
+    assert "--local-epochs" in capsys.readouterr().out
