@@ -232,12 +232,17 @@ def load_domain(root: Path, dataset: str, domain: str, need_test: bool = True, n
     return dom
 
 
-def check_domains_present(root: Path, dataset: str, domains: list[str]) -> None:
-    """Fail before any training when a needed archive is absent or corrupt."""
+def check_domains_present(root: Path, dataset: str, domains: list[str]) -> dict[str, str]:
+    """Fail before any training when a needed archive is absent or corrupt; returns the verified files'
+    sha256 digests (relative path -> hex digest, from SHA256SUMS)."""
+    files = []
     for d in domains:
         for stem in DATASETS[dataset][d]:
             if stem is not None:
-                verify_files(root, archive_files(root, stem))
+                files += archive_files(root, stem)
+    verify_files(root, files)
+    sums = read_sums(root / "SHA256SUMS")
+    return {rel: sums[rel] for rel in files}
 
 
 # --------------------------------------------------------------------------- partition

@@ -27,6 +27,7 @@ import torch
 from benchmark.config import ENGINES, RunConfig
 from benchmark.data import load_domain, to_tensor_images
 from benchmark.methods import METHODS
+from benchmark.provenance import describe_process
 from benchmark.server import RoundPayload, State, accumulate
 from lightning_modules.base import NonFiniteLoss, fit_local
 from lightning_modules.fused import FusedNonFiniteLoss, fit_fused
@@ -79,6 +80,11 @@ class ClientGroup:
         self.module.precision_mode = cfg.precision
         self.module.transform = spec.transform
         self.client_states: dict[int, object] = {}
+
+    def describe(self) -> dict:
+        """Provenance: this process's machine, the engine it trains with and its clients."""
+        return {**describe_process(self.device), "engine": resolve_engine(self.cfg.engine, self.device),
+                "clients": [c["id"] for c in self.clients]}
 
     def subgroups(self) -> list[list[dict]]:
         """Clients trained together: one by one (sequential), or those of equal size (fused)."""

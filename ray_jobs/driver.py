@@ -16,6 +16,7 @@ import torch
 from benchmark.config import RunConfig
 from benchmark.data import eval_subset, load_domain, to_tensor_images
 from benchmark.methods import METHODS
+from benchmark.provenance import describe_process
 from benchmark.server import weighted_mean
 from lightning_modules.base import precision_context
 from lightning_modules.resnet import build_model
@@ -89,6 +90,11 @@ class Driver:
         float16 (half the size), on the CPU."""
         state = self.rule.evaluated_state(self.global_state)
         return {k: (v.half() if v.is_floating_point() else v).cpu() for k, v in state.items()}
+
+    def describe(self) -> dict:
+        """Provenance: the executor, the driver's process and every client actor's (machine, device, engine)."""
+        return {"executor": self.cfg.executor, "driver": describe_process(self.device),
+                "actors": self.executor.map("describe")}
 
     def test_sizes(self) -> dict[str, int]:
         return {d: len(y) for d, (_, y) in self.test_sets.items()}

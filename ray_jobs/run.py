@@ -22,6 +22,7 @@ from benchmark.config import PRESETS, ConfigError, RunConfig
 from benchmark.data import DataError, check_domains_present, plan_clients, resolve_data_root
 from benchmark.methods import METHODS, HyperparameterError
 from benchmark.figures import plot_curves
+from benchmark.provenance import run_provenance
 from benchmark.results import Recorder
 from ray_jobs.progress import RunProgress
 
@@ -179,7 +180,7 @@ def run(cfg: RunConfig, quiet: bool = False) -> dict:
     """Run one experiment end to end; returns summary.json's content."""
     check_device(cfg)
     root = resolve_data_root(cfg.data_root)
-    check_domains_present(root, cfg.dataset, cfg.domains)
+    checksums = check_domains_present(root, cfg.dataset, cfg.domains)
     spec = cfg.dataset_spec
     clients = plan_clients(root, cfg.dataset, cfg.clients_per_domain, spec.client_pct, cfg.seed, cfg.client_fraction,
                            spec.per_class)
@@ -201,6 +202,7 @@ def run(cfg: RunConfig, quiet: bool = False) -> dict:
         call = lambda name, *a: getattr(driver, name)(*a)  # noqa: E731
 
     public_clients = [{k: c[k] for k in ("id", "domain", "num_samples")} for c in clients]
+    record_cfg["provenance"] = run_provenance(checksums, call("describe"))
     recorder = Recorder(out, record_cfg, public_clients, call("test_sizes"))
     if cfg.dropped_domains:
         print(f"note: domains left out of this run: {', '.join(cfg.dropped_domains)} (their clients are dropped)")

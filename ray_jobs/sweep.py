@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import json
 import math
 import sys
 from concurrent.futures import ThreadPoolExecutor
@@ -27,6 +28,7 @@ from benchmark import paper
 from benchmark.config import PRESETS, ConfigError, RunConfig
 from benchmark.data import DATASETS, DataError, check_domains_present, resolve_data_root
 from benchmark.figures import RUNS_LINE, table_figures
+from benchmark.provenance import commit_label, hardware_label
 from benchmark.results import atomic_write, is_complete, protocol, read_summary, wandb_mode
 from benchmark.tables import METRICS, PROFILES, TABLES
 from ray_jobs.progress import SweepProgress
@@ -192,6 +194,9 @@ def report(table: str, profile: str, runs: list[RunConfig], results_dir: Path) -
               f"per-domain last-5 accuracy beside the paper's ([SVG]({rel}/bars.svg)).", "",
               f"![accuracy over rounds]({rel}/curves.png)", "", f"![per-domain accuracy beside the paper]({rel}/bars.png)", ""]
     lines += [RUNS_LINE + ", ".join(sorted({c.run_name for c in runs})), ""]
+    provs = [json.loads((Path(c.out) / "config.json").read_text()).get("provenance") for c in runs]
+    lines += [f"Code: commit {' | '.join(sorted({commit_label(p) for p in provs}))}. "
+              f"Hardware: {' | '.join(sorted({hardware_label(p) for p in provs}))}.", ""]
     results_dir.mkdir(parents=True, exist_ok=True)
     atomic_write(results_dir / f"table{table}.md", "\n".join(lines))
     df = pd.DataFrame(csv_rows)

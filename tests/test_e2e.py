@@ -115,3 +115,32 @@ def test_nonfinite_loss_stops_the_run(ray_cluster, data_root, tmp_path):
     assert not (out / "summary.json").exists()
     assert "non-finite loss in round 1" in (out / "error.txt").read_text()
     assert [r["round"] for r in read_jsonl(out / "metrics.jsonl")] == [0]
+
+
+def test_config_records_provenance(runs, full_digits_root):
+    """config.json: package versions, the git commit and dirty flag, the data files' sha256 as verified, the
+    driver's and each actor's machine, device and engine, checked against independent reads."""
+    import hashlib
+    import os
+    import socket
+    import subprocess
+    from importlib import metadata
+    from pathlib import Path
+
+    out, summary = runs[("fpl", "office_caltech")]
+    prov = json.loads((out / "config.json").read_text())["provenance"]
+    assert prov["packages"]["torch"] == metadata.version("torch") and prov["packages"]["ray"] == metadata.version("ray")
+    assert set(prov["packages"]) == {"torch", "lightning", "ray", "wandb", "finch-clust", "numpy"}
+    repo = Path(__file__).resolve().parent.parent
+    git = lambda *a: subprocess.run(["git", "-C", str(repo), *a], capture_output=True, text=True).stdout  # noqa: E731
+    assert prov["git"] == {"commit": git("rev-parse", "HEAD").strip(), "dirty": bool(git("status", "--porcelain").strip())}
+    assert sorted(prov["data_sha256"]) == [f"office_caltech10/{d}.npz" for d in sorted(["amazon", "caltech", "dslr", "webcam"])]
+    for rel, digest in prov["data_sha256"].items():
+        assert hashlib.sha256((full_digits_root / rel).read_bytes()).hexdigest() == digest
+    assert prov["executor"] == "ray"
+    assert len(prov["actors"]) == 2
+    assert sorted(c for a in prov["actors"] for c in a["clients"]) == [c["id"] for c in summary["clients"]]
+    for p in [prov["driver"], *prov["actors"]]:
+        assert p["host"] == socket.gethostname() and p["device"] == "cpu" and p["gpu"] is None
+        assert p["cpu_count"] == os.cpu_count() and p["pid"] != os.getpid()
+    assert {a["engine"] for a in prov["actors"]} == {"sequential"}

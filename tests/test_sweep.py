@@ -63,6 +63,10 @@ def test_report_has_every_row_beside_the_paper(smoke):
     for m in METHODS:
         assert f"| {m} |" in md
     assert "| mnist | usps | svhn | syn | AVG of 3 |" in md
+    # provenance: the commit the runs came from and their hardware (no GPU here)
+    head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=Path(__file__).parent, capture_output=True, text=True).stdout
+    assert f"Code: commit {head[:12]}" in md
+    assert "Hardware: no GPU; CPU " in md and f"x {os.cpu_count()}; 1 host." in md
 
 
 def test_rerun_runs_nothing_and_a_deleted_summary_reruns_exactly_that_run(smoke, data_root):

@@ -1,0 +1,86 @@
+"""Where a run's numbers came from: package versions, the project's git commit, the machine.
+
+`run_provenance` goes into config.json (with the verified data checksums and what the
+driver and each client actor report of their process: `describe_process`); the sweep
+report lists the commits and hardware of its runs (`commit_label`, `hardware_label`).
+"""
+from __future__ import annotations
+
+import os
+import platform
+import socket
+import subprocess
+from importlib import metadata
+
+from benchmark.data import PROJECT_ROOT
+
+PACKAGES = ("torch", "lightning", "ray", "wandb", "finch-clust", "numpy")
+
+
+def package_versions() -> dict[str, str | None]:
+    out = {}
+    for name in PACKAGES:
+        try:
+            out[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            out[name] = None
+    return out
+
+
+def git_state() -> dict:
+    """The project's commit and whether its tree differs from it (None outside a git checkout)."""
+    def git(*args):
+        return subprocess.run(["git", "-C", str(PROJECT_ROOT), *args], capture_output=True, text=True, timeout=10)
+
+    try:
+        head = git("rev-parse", "HEAD")
+        if head.returncode:
+            return {"commit": None, "dirty": None}
+        status = git("status", "--porcelain")
+        return {"commit": head.stdout.strip(), "dirty": bool(status.stdout.strip())}
+    except (OSError, subprocess.SubprocessError):
+        return {"commit": None, "dirty": None}
+
+
+def cpu_model() -> str:
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def describe_process(device) -> dict:
+    """This process's machine: host, pid, CPU model and count, the torch device and its GPU model."""
+    import torch
+
+    gpu = torch.cuda.get_device_name(device) if device.type == "cuda" else None
+    return {"host": socket.gethostname(), "pid": os.getpid(), "cpu": cpu_model(), "cpu_count": os.cpu_count(),
+            "device": str(device), "gpu": gpu, "visible_gpus": torch.cuda.device_count() if torch.cuda.is_available() else 0}
+
+
+def run_provenance(data_checksums: dict[str, str], processes: dict) -> dict:
+    return {"packages": package_versions(), "git": git_state(), "data_sha256": data_checksums, **processes}
+
+
+def commit_label(prov: dict | None) -> str:
+    g = (prov or {}).get("git") or {}
+    if not g.get("commit"):
+        return "unknown commit"
+    return g["commit"][:12] + (" (dirty tree)" if g.get("dirty") else "")
+
+
+def hardware_label(prov: dict | None) -> str:
+    """E.g. `2 x NVIDIA H100 (client actors), CPU AMD EPYC 9654 x 16`."""
+    prov = prov or {}
+    procs = [prov["driver"], *prov["actors"]] if prov.get("driver") else []
+    if not procs:
+        return "unknown hardware"
+    gpus = sorted({p["gpu"] for p in procs if p.get("gpu")})
+    cpus = sorted({f"{p['cpu']} x {p['cpu_count']}" for p in procs})
+    hosts = len({p["host"] for p in procs})
+    gpu_s = f"GPU {', '.join(gpus)}; " if gpus else "no GPU; "
+    return f"{gpu_s}CPU {', '.join(cpus)}; {hosts} host{'s' if hosts > 1 else ''}"
