@@ -123,6 +123,7 @@ class RunConfig:
     driver_cpus: float = 1.0
     driver_gpus: float = 0.0
     device: str = "auto"  # auto: cuda when the process sees a GPU
+    actor_restarts: int = 3  # restarts of one client actor in a run before the run stops (README, Reliability)
     engine: str = "auto"  # client training: sequential | fused | auto (sequential on CPU, fused on CUDA)
     precision: str = "32-true"  # 32-true | bf16-mixed (autocast for training and evaluation)
     data_root: str | None = None
@@ -130,6 +131,9 @@ class RunConfig:
     name: str | None = None
     wandb_project: str = "fedproto-bench"
     wandb_group: str | None = None
+    # test-only fault injection, never set by the command line: {"nan_loss": [round, client id]} starts that
+    # client's training in that round from NaN weights (tests/test_reliability.py)
+    test_faults: dict = field(default_factory=dict)
 
     @classmethod
     def from_preset(cls, preset: str, /, **overrides) -> RunConfig:
@@ -180,6 +184,8 @@ class RunConfig:
             raise ConfigError(f"batch size must be at least 1 (got {self.batch_size}).")
         if self.num_actors < 1:
             raise ConfigError(f"num-actors must be at least 1 (got {self.num_actors}).")
+        if self.actor_restarts < 0:
+            raise ConfigError(f"actor-restarts must be 0 or more (got {self.actor_restarts}).")
         if self.seed < 0:
             raise ConfigError(f"seed must be 0 or more (got {self.seed}).")
         for name in ("cpus_per_actor", "gpus_per_actor", "driver_cpus", "driver_gpus"):

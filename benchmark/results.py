@@ -93,7 +93,10 @@ class Recorder:
     """Writes one run's folder and W&B run. Until `finish`, the folder holds no summary.json,
     so an interrupted or failed run never claims to be complete."""
 
-    def __init__(self, out_dir: Path, cfg: dict, clients: list[dict], test_sizes: dict[str, int]):
+    def __init__(self, out_dir: Path, cfg: dict, clients: list[dict], test_sizes: dict[str, int],
+                 rounds: list[dict] | None = None):
+        """`rounds`: the records of the rounds a resumed run already has (its checkpoint's); metrics.jsonl is
+        rewritten to exactly those and the new W&B run gets them again, so it holds the whole run."""
         self.out = Path(out_dir)
         self.out.mkdir(parents=True, exist_ok=True)
         for stale in ("summary.json", "error.txt", MODEL_FILE):
@@ -116,6 +119,8 @@ class Recorder:
                 dir=str(self.out),
                 reinit="create_new",
             )
+        for record in rounds or []:
+            self.log_round(record)
 
     def log_round(self, record: dict) -> None:
         self.rounds.append(record)

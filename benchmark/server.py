@@ -68,13 +68,28 @@ class ServerRule(ABC):
     """How one method's server makes the next global model and the clients' round state.
 
     One instance lives in the driver for the whole run, so a rule may keep state
-    across rounds (FedOpt's momentum, FedDyn's drift).
+    across rounds (FedOpt's momentum, FedDyn's drift): such a rule names the attributes
+    that hold it in `state_attrs`, and `state_dict` / `load_state_dict` carry them through
+    the run's checkpoints (a resumed run continues with them).
     """
+
+    state_attrs: tuple[str, ...] = ()  # attributes changed across rounds (tensors, dicts of tensors, numbers, None)
 
     def __init__(self, hparams: dict, num_classes: int, feature_dim: int, rounds: int, param_keys: list[str]):
         self.hparams = hparams  # the method's hyperparameters (RunConfig.hparams)
         self.num_classes, self.feature_dim, self.rounds = num_classes, feature_dim, rounds
         self.param_keys = param_keys  # keys of trainable parameters (not buffers)
+
+    def state_dict(self) -> dict:
+        """What the rule keeps across rounds (its `state_attrs`), for the checkpoint."""
+        return {a: getattr(self, a) for a in self.state_attrs}
+
+    def load_state_dict(self, state: dict) -> None:
+        missing = sorted(set(self.state_attrs) - set(state))
+        if missing:
+            raise KeyError(f"the checkpoint's server state lacks {missing}")
+        for a in self.state_attrs:
+            setattr(self, a, state[a])
 
     @staticmethod
     def client_weight(hparams: dict, num_samples: int) -> float:

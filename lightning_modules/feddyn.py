@@ -57,6 +57,8 @@ class FedDynClient(ClientModule):
 
 
 class FedDynServer(FedAvgServer):
+    state_attrs = ("drift", "avg")
+
     @staticmethod
     def client_weight(hparams, num_samples):
         return 1.0

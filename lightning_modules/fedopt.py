@@ -17,6 +17,8 @@ from lightning_modules.fedavg import FedAvgServer
 
 
 class FedOptServer(FedAvgServer):
+    state_attrs = ("momentum_buf",)
+
     @staticmethod
     def client_weight(hparams, num_samples):
         return 1.0 if hparams["weighting"] == "uniform" else float(num_samples)

@@ -50,6 +50,22 @@ def resolve_engine(name: str, device: torch.device) -> str:
     return name
 
 
+class StaleClientStates(RuntimeError):
+    """A client group was asked to train a round without its clients' states of the round before (its
+    process was restarted since): the driver gives them back and asks again."""
+
+
+def to_cpu(obj):
+    """A client state (tensors, possibly in dicts, lists, tuples) with every tensor on the CPU."""
+    if torch.is_tensor(obj):
+        return obj.detach().cpu()
+    if isinstance(obj, dict):
+        return {k: to_cpu(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return type(obj)(to_cpu(v) for v in obj)
+    return obj
+
+
 def client_generator(seed: int, round_idx: int, client_id: int) -> torch.Generator:
     """The client's shuffling and augmentation stream for one round: same on any executor."""
     state = np.random.SeedSequence([seed, round_idx, client_id]).generate_state(1)[0]
@@ -57,6 +73,8 @@ def client_generator(seed: int, round_idx: int, client_id: int) -> torch.Generat
 
 
 class ClientGroup:
+    states_round = -1  # client_states are those after this round (-1: none yet, a fresh process)
+
     def __init__(self, cfg: RunConfig, clients: list[dict], data_root: str):
         self.cfg = cfg
         self.device = resolve_device(cfg.device)
@@ -100,14 +118,28 @@ class ClientGroup:
         state = (self.client_states[c["id"]] if c["id"] in self.client_states
                  else self.module.initial_client_state(self.cfg.seed, c))
         self.module.start_round(round_idx, payload, global_state, state)
+        if self.cfg.test_faults.get("nan_loss") == [round_idx, c["id"]]:  # test-only: a non-finite loss
+            with torch.no_grad():
+                next(self.module.net.parameters()).fill_(float("nan"))
+
+    def set_client_states(self, states: dict, after_round: int) -> None:
+        """Take the persistent states of this group's clients after round `after_round` (a resumed run, or a
+        restarted actor)."""
+        mine = {c["id"] for c in self.clients}
+        self.client_states.update({cid: s for cid, s in states.items() if cid in mine})
+        self.states_round = after_round
 
     def train(self, global_state: State, payload: RoundPayload | None, round_idx: int) -> dict:
         """Train every client of the group from the global state and the payload of round round_idx;
         return the partial sum of the trained weights weighted by the rule's `client_weight`, its total
-        weight, and per client its prototypes and loss."""
+        weight, and per client its prototypes, loss and persistent state (`client_state()`, on the CPU: None
+        for stateless methods, so only methods with a state send one)."""
+        if self.states_round != round_idx - 1:  # a restarted process: it must not train from initial states
+            raise StaleClientStates(f"this client group holds client states after round {self.states_round}, "
+                                    f"round {round_idx} needs those after round {round_idx - 1}")
         cfg = self.cfg
         client_weight = METHODS[cfg.method].server.client_weight
-        weight_sum, total, protos, losses = None, 0, {}, {}
+        weight_sum, total, protos, losses, states = None, 0, {}, {}, {}
         start = time.perf_counter()
         for members in self.subgroups():
             gens = [client_generator(cfg.seed, round_idx, c["id"]) for c in members]
@@ -124,18 +156,25 @@ class ClientGroup:
                         data, cfg.local_epochs, cfg.batch_size, gens, cfg.drop_last)
             except NonFiniteLoss as e:
                 c = members[e.index if isinstance(e, FusedNonFiniteLoss) else 0]
-                raise NonFiniteLoss(
-                    f"non-finite loss in round {round_idx}, client {c['id']} ({c['domain']}); "
-                    "its weights were discarded and the run stopped. Lower the learning rate or raise tau."
-                ) from None
+                raise NonFiniteLoss(self.non_finite("loss", round_idx, c)) from None
             for i, c in enumerate(members):
                 load(i)
                 cid, n = c["id"], len(data[i][1])
+                weights = self.module.net.state_dict()
+                if not bool(torch.stack([torch.isfinite(v).all() for v in weights.values() if v.is_floating_point()]).all()):
+                    raise NonFiniteLoss(self.non_finite("weights", round_idx, c))
                 losses[cid] = member_losses[i]
                 self.client_states[cid] = self.module.client_state()
+                states[cid] = to_cpu(self.client_states[cid])
                 w = client_weight(cfg.hparams, n)
-                weight_sum = accumulate(weight_sum, self.module.net.state_dict(), w)
+                weight_sum = accumulate(weight_sum, weights, w)
                 total += w
                 protos[cid] = self.module.local_prototypes()
+        self.states_round = round_idx
         return {"sum": {k: v.cpu() for k, v in weight_sum.items()}, "weight": total, "protos": protos, "losses": losses,
-                "train_s": time.perf_counter() - start}
+                "states": states, "train_s": time.perf_counter() - start}
+
+    def non_finite(self, what: str, round_idx: int, c: dict) -> str:
+        return (f"non-finite {what} in round {round_idx}, client {c['id']} ({c['domain']}), method {self.cfg.method}; "
+                "its weights were discarded, nothing of the round was averaged and the run stopped (the last "
+                "checkpoint is the round before). Lower the learning rate or raise tau.")

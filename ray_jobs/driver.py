@@ -20,7 +20,7 @@ from benchmark.provenance import describe_process
 from benchmark.server import weighted_mean
 from lightning_modules.base import precision_context
 from lightning_modules.resnet import build_model
-from ray_jobs.clients import ClientGroup, resolve_device
+from ray_jobs.clients import ClientGroup, StaleClientStates, resolve_device
 
 
 def assign_groups(clients: list[dict], num_groups: int) -> list[list[dict]]:
@@ -29,10 +29,32 @@ def assign_groups(clients: list[dict], num_groups: int) -> list[list[dict]]:
     return [g for g in groups if g]
 
 
-class LocalExecutor:
+RESTART_TIMEOUT_S = 600  # a restarting client actor that is not back by then stops the run
+
+
+class ActorFailed(RuntimeError):
+    """A client actor died more often than the run allows (`actor_restarts`)."""
+
+
+class Executor:
+    """Client groups and what the driver knows of their clients' persistent states: `client_states` (client id
+    -> `client_state()`, on the CPU) after round `states_round`, the states any group must start round
+    `states_round + 1` from (a restarted or resumed group gets them with `set_client_states`)."""
+
+    def __init__(self):
+        self.client_states: dict[int, object] = {}
+        self.states_round = -1
+        self.notes: list[str] = []  # what happened (actor restarts), for the entry point to print
+
+    def states_of(self, members: list[int]) -> dict:
+        return {cid: self.client_states[cid] for cid in members if cid in self.client_states}
+
+
+class LocalExecutor(Executor):
     """Client groups as plain objects in this process."""
 
     def __init__(self, cfg: RunConfig, groups: list[list[dict]], data_root: str):
+        super().__init__()
         self.groups = [ClientGroup(cfg, g, data_root) for g in groups]
 
     def put(self, obj):
@@ -42,21 +64,72 @@ class LocalExecutor:
         return [getattr(g, name)(*args) for g in self.groups]
 
 
-class RayExecutor:
-    """Client groups in Ray actors with the configured CPU / GPU shares (fractions allowed)."""
+class RayExecutor(Executor):
+    """Client groups in Ray actors with the configured CPU / GPU shares (fractions allowed).
+
+    An actor that dies (process killed, out of memory) is restarted by Ray (`max_restarts`). A call that
+    failed with it, or a `train` that finds its group restarted since the last round (`StaleClientStates`),
+    is made again after the group got its clients' states as of the round's start: the clients are
+    rebuilt from their data and those states, and the round completes with the same result. After
+    `actor_restarts` restarts of one actor the run stops naming its clients."""
 
     def __init__(self, cfg: RunConfig, groups: list[list[dict]], data_root: str):
         import ray
 
+        super().__init__()
         self.ray = ray
-        actor = ray.remote(ClientGroup).options(num_cpus=cfg.cpus_per_actor, num_gpus=cfg.gpus_per_actor)
+        actor = ray.remote(ClientGroup).options(num_cpus=cfg.cpus_per_actor, num_gpus=cfg.gpus_per_actor,
+                                                max_restarts=cfg.actor_restarts, max_task_retries=0)
         self.groups = [actor.remote(cfg, g, data_root) for g in groups]
+        self.members = [[c["id"] for c in g] for g in groups]
+        self.failures = [0] * len(groups)
+        self.limit = cfg.actor_restarts
 
     def put(self, obj):
         return self.ray.put(obj)  # once per round, shared by every actor
 
     def map(self, name: str, *args) -> list:
-        return self.ray.get([getattr(g, name).remote(*args) for g in self.groups])
+        refs = [getattr(g, name).remote(*args) for g in self.groups]
+        out = []
+        for i, ref in enumerate(refs):
+            recovering = None  # since when actor i is being restarted (one death, however many calls fail)
+            while True:
+                try:
+                    out.append(self.ray.get(ref))
+                    break
+                except (self.ray.exceptions.RayActorError, StaleClientStates) as e:
+                    restarting = isinstance(e, (self.ray.exceptions.ActorUnavailableError, StaleClientStates))
+                    if recovering is None or not restarting:  # a new death (ActorDiedError: Ray gave up on it)
+                        self.count_failure(i, e, name)
+                        recovering = time.monotonic()
+                    elif time.monotonic() - recovering > RESTART_TIMEOUT_S:
+                        raise ActorFailed(f"client actor {i} (clients {self.members[i]}) did not come back within "
+                                          f"{RESTART_TIMEOUT_S} s of its restart ({e}); the run stopped.") from None
+                    else:
+                        time.sleep(0.2)
+                    ref = self.resubmit(i, name, args)
+        return out
+
+    def count_failure(self, i: int, error: Exception, name: str) -> None:
+        self.failures[i] += 1
+        if isinstance(error, StaleClientStates):
+            reason = "its process was restarted since the last round"
+        else:
+            reason = f"Ray: {type(error).__name__}"  # ActorDiedError, or ActorUnavailableError while restarting
+        if self.failures[i] > self.limit:
+            raise ActorFailed(
+                f"client actor {i} (clients {self.members[i]}) died {self.failures[i]} times in this run, more than "
+                f"--actor-restarts {self.limit} allows ({reason}); the run stopped without dropping its clients. "
+                "Check the node's memory and logs, or raise --actor-restarts.") from None
+        self.notes.append(f"client actor {i} (clients {self.members[i]}) died ({reason}); Ray restarted it, its clients "
+                          f"are rebuilt from their data and their states as of the round's start and the call {name} "
+                          f"is repeated ({self.failures[i]} of {self.limit} restarts used)")
+
+    def resubmit(self, i: int, name: str, args: tuple):
+        """Actor i's clients' states as of the round's start, then the call again (one caller: in that order)."""
+        group = self.groups[i]
+        group.set_client_states.remote(self.states_of(self.members[i]), self.states_round)
+        return getattr(group, name).remote(*args)
 
 
 class Driver:
@@ -84,6 +157,22 @@ class Driver:
         clients = [{**c, "data_share": c["num_samples"] / mean_size} for c in clients]
         executor = RayExecutor if cfg.executor == "ray" else LocalExecutor
         self.executor = executor(cfg, assign_groups(clients, cfg.num_actors), data_root)
+
+    def checkpoint(self) -> dict:
+        """What the next round reads: global model, server rule state, payload, every client's state."""
+        ex = self.executor
+        return {"global_state": self.global_state, "rule_state": self.rule.state_dict(), "payload": self.payload,
+                "client_states": ex.client_states, "states_round": ex.states_round}
+
+    def restore(self, ck: dict) -> None:
+        """Continue from a checkpoint (`checkpoint()`'s content): the client groups get their clients' states."""
+        self.global_state = ck["global_state"]
+        self.rule.load_state_dict(ck["rule_state"])
+        self.payload = ck["payload"]
+        ex = self.executor
+        ex.client_states.update(ck["client_states"])
+        ex.states_round = ck["states_round"]
+        ex.map("set_client_states", ex.client_states, ex.states_round)
 
     def final_state(self) -> dict[str, torch.Tensor]:
         """The model to keep in the run folder, the one evaluated (`evaluated_state`): floating tensors in
@@ -117,8 +206,12 @@ class Driver:
         acc = self.evaluate()
         t4 = time.perf_counter()
         losses = {cid: l for res in results for cid, l in res["losses"].items()}
+        self.executor.client_states.update({cid: st for res in results for cid, st in res["states"].items()})
+        self.executor.states_round = r
         train_s = max(res["train_s"] for res in results)
+        notes, self.executor.notes[:] = list(self.executor.notes), []
         return {
+            "notes": notes,  # printed by the entry point, not recorded in metrics.jsonl
             "round": r,
             "accuracy": acc,
             "train_loss": float(np.mean([losses[c] for c in sorted(losses)])),

@@ -10,6 +10,8 @@ import argparse
 import json
 import math
 import os
+import shlex
+import shutil
 import socket
 import sys
 import time
@@ -18,12 +20,14 @@ from urllib.parse import urlparse
 
 import pandas as pd
 
+from benchmark import checkpoint
+from benchmark.checkpoint import CheckpointError
 from benchmark.config import PRESETS, ConfigError, RunConfig
 from benchmark.data import DataError, check_domains_present, plan_clients, resolve_data_root
 from benchmark.methods import METHODS, HyperparameterError
 from benchmark.figures import plot_curves
 from benchmark.provenance import run_provenance
-from benchmark.results import Recorder
+from benchmark.results import Recorder, protocol
 from ray_jobs.progress import RunProgress
 
 DEFAULT_OUT = Path("results") / "runs"
@@ -92,6 +96,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--wandb-project", default=d["wandb_project"].default)
     p.add_argument("--wandb-group", default=None)
     p.add_argument("--quiet", action="store_true", help="no progress bar or per-round lines")
+    p.add_argument("--resume", action="store_true",
+                   help="continue from the run folder's last checkpoint (a fresh start when it has none)")
+    p.add_argument("--actor-restarts", type=int, default=d["actor_restarts"].default,
+                   help="restarts of one client actor (process killed, out of memory) before the run stops")
     return p
 
 
@@ -106,7 +114,7 @@ def config_from_args(args) -> RunConfig:
         seed=args.seed, hparams=parse_hp(args.hp),
         client_fraction=args.client_fraction, eval_max=args.eval_max, executor=args.executor,
         num_actors=args.num_actors, cpus_per_actor=args.cpus_per_actor, gpus_per_actor=args.gpus_per_actor,
-        driver_cpus=args.driver_cpus, driver_gpus=args.driver_gpus, device=args.device, engine=args.engine, precision=args.precision,
+        driver_cpus=args.driver_cpus, driver_gpus=args.driver_gpus, device=args.device, actor_restarts=args.actor_restarts, engine=args.engine, precision=args.precision,
         data_root=args.data_root, out=args.out, name=args.name,
         wandb_project=args.wandb_project, wandb_group=args.wandb_group,
     )
@@ -176,8 +184,13 @@ def init_ray(cfg: RunConfig):
     return ray
 
 
-def run(cfg: RunConfig, quiet: bool = False) -> dict:
-    """Run one experiment end to end; returns summary.json's content."""
+def run(cfg: RunConfig, quiet: bool = False, resume: bool = False,
+        resume_hint: str = "run the same command again with --resume") -> dict:
+    """Run one experiment end to end; returns summary.json's content.
+
+    After every round the run folder gets a checkpoint (`benchmark.checkpoint`); with `resume` the run
+    continues from the newest readable one (a fresh start, said so, when there is none). `resume_hint`
+    is how to resume, for the messages of a run that stopped."""
     check_device(cfg)
     root = resolve_data_root(cfg.data_root)
     checksums = check_domains_present(root, cfg.dataset, cfg.domains)
@@ -189,8 +202,18 @@ def run(cfg: RunConfig, quiet: bool = False) -> dict:
         raise ConfigError(f"client {short[0]['id']} ({short[0]['domain']}) has {short[0]['num_samples']} samples, no full "
                           f"batch of {cfg.batch_size} with drop_last; use a smaller --batch-size or a larger --client-fraction.")
     out = Path(cfg.out) if cfg.out else DEFAULT_OUT / cfg.run_name
+    ckpt_dir = out / checkpoint.DIR
+    start = None
+    if resume:
+        start = checkpoint.load_latest(ckpt_dir, protocol(cfg))
+        print(f"note: no checkpoint in {ckpt_dir}; starting {cfg.run_name} from round 0" if start is None else
+              f"note: resuming {cfg.run_name} after round {start['round']} of {cfg.rounds}", flush=True)
+    elif checkpoint.listing(ckpt_dir):
+        print(f"note: {out} holds checkpoints of an earlier run; starting afresh (pass --resume to continue it)",
+              flush=True)
+    first = 0 if start is None else start["round"] + 1
     record_cfg = {**cfg.to_dict(), "run_name": cfg.run_name, "dropped_domains": cfg.dropped_domains,
-                  "data_root": str(root), "out": str(out)}
+                  "data_root": str(root), "out": str(out), "resumed_after_round": None if start is None else start["round"]}
     from ray_jobs.driver import Driver
 
     if cfg.executor == "ray":
@@ -202,29 +225,44 @@ def run(cfg: RunConfig, quiet: bool = False) -> dict:
         call = lambda name, *a: getattr(driver, name)(*a)  # noqa: E731
 
     public_clients = [{k: c[k] for k in ("id", "domain", "num_samples")} for c in clients]
-    record_cfg["provenance"] = run_provenance(checksums, call("describe"))
-    recorder = Recorder(out, record_cfg, public_clients, call("test_sizes"))
-    if cfg.dropped_domains:
-        print(f"note: domains left out of this run: {', '.join(cfg.dropped_domains)} (their clients are dropped)")
-    progress = None if quiet else RunProgress(cfg.run_name, cfg.rounds)
+    progress = recorder = None
     try:
-        for r in range(cfg.rounds):
+        record_cfg["provenance"] = run_provenance(checksums, call("describe"))
+        if start is not None:
+            call("restore", start["driver"])
+        else:
+            shutil.rmtree(ckpt_dir, ignore_errors=True)
+        recorder = Recorder(out, record_cfg, public_clients, call("test_sizes"), [] if start is None else start["metrics"])
+        if cfg.dropped_domains:
+            print(f"note: domains left out of this run: {', '.join(cfg.dropped_domains)} (their clients are dropped)")
+        progress = None if quiet else RunProgress(cfg.run_name, cfg.rounds - first)
+        for r in range(first, cfg.rounds):
             rec = call("run_round", r)
+            for note in rec.pop("notes"):
+                print(f"note: round {r}: {note}", flush=True)
             recorder.log_round(rec)
+            checkpoint.save(ckpt_dir, r, {"protocol": protocol(cfg), "round": r, "driver": call("checkpoint"),
+                                          "metrics": recorder.rounds})
             if progress:
                 progress.update(rec)
+        recorder.save_model(call("final_state"))
     except Exception as e:  # the run stops; the folder keeps what it has, without summary.json
         msg = str(getattr(e, "cause", None) or e).strip().splitlines()[-1] if str(e) else repr(e)
-        recorder.fail(msg)
+        done = checkpoint.listing(ckpt_dir)
+        msg += (f" The run folder keeps its rounds up to {int(done[0].stem.split('_')[1])} (checkpoint); to continue, "
+                f"{resume_hint}." if done else "")
+        if recorder:
+            recorder.fail(msg)
         if cfg.executor == "ray":  # free its resources now: the traceback would keep the actors alive
             ray.kill(driver)  # (its client actors go with it)
         raise RunError(msg) from e
     finally:
         if progress:
             progress.close()
-    recorder.save_model(call("final_state"))
     plot_curves([out], out / "curves", f"{cfg.run_name}: accuracy over rounds", formats=("png",))
-    return recorder.finish(images={"curves": out / "curves.png"})
+    summary = recorder.finish(images={"curves": out / "curves.png"})
+    shutil.rmtree(ckpt_dir, ignore_errors=True)  # a complete run needs no resume (and a sweep's would fill disks)
+    return summary
 
 
 def format_table(summary: dict) -> str:
@@ -241,12 +279,18 @@ def main(argv: list[str] | None = None) -> int:
     except SystemExit as e:  # bad flags (one line printed, code 2) or --help (code 0)
         return e.code
     t0 = time.time()
+    argv = sys.argv[1:] if argv is None else list(argv)
+    hint = "run: python -m ray_jobs.run " + shlex.join(argv if "--resume" in argv else [*argv, "--resume"])
     try:
         cfg = config_from_args(args)
-        summary = run(cfg, quiet=args.quiet)
-    except (ConfigError, HyperparameterError, DataError, RunError) as e:
+        summary = run(cfg, quiet=args.quiet, resume=args.resume, resume_hint=hint)
+    except (ConfigError, HyperparameterError, DataError, RunError, CheckpointError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:
+        print(f"error: interrupted; the run folder keeps every complete round (checkpoint). To continue, {hint}",
+              file=sys.stderr)
+        return 130
     print(format_table(summary))
     print(f"run folder: {Path(cfg.out) if cfg.out else DEFAULT_OUT / cfg.run_name}  ({time.time() - t0:.0f}s)")
     return 0

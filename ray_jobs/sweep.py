@@ -91,7 +91,8 @@ def execute(runs: list[RunConfig], parallel: int | None) -> list[str]:
     def one(cfg: RunConfig):
         progress.started(cfg.run_name)
         try:
-            summary = run(cfg, quiet=True)
+            summary = run(cfg, quiet=True, resume=True,  # an interrupted run continues from its last round
+                          resume_hint="run the same sweep command again (it resumes its interrupted runs)")
         except Exception as e:
             progress.failed_run(cfg.run_name, str(e) or repr(e))
             raise

@@ -117,3 +117,17 @@ def test_two_clients_of_unequal_size(weighting):
     other = {0: 0.25, 1: 0.75} if weighting == "uniform" else {0: 0.5, 1: 0.5}
     k = keys[0]
     assert not torch.allclose(mean[k], other[0] * trained[0][k] + other[1] * trained[1][k])
+
+
+def test_state_dict_carries_the_momentum_to_a_new_rule():
+    """A rule rebuilt from state_dict (a resumed run) takes the same second step as the one that kept going:
+    the hand numbers of the two-round test above."""
+    rule = make_rule(["w"])
+    g0 = {"w": torch.tensor([1.0, 2.0])}
+    g1 = rule.aggregate(g0, {"w": f64(0.0, 1.0)}, 0)
+    resumed = make_rule(["w"])
+    resumed.load_state_dict(rule.state_dict())
+    g2 = resumed.aggregate(g1, {"w": f64(0.5, 2.5)}, 1)
+    torch.testing.assert_close(g2["w"], torch.tensor([0.05, 1.55]))  # without the momentum: (0.5, 2.0)
+    with pytest.raises(KeyError, match="momentum_buf"):
+        make_rule(["w"]).load_state_dict({})

@@ -1,0 +1,188 @@
+"""Runs that survive faults, through real Ray: per-round checkpoints and resume, a client actor killed
+mid-round, the entry point SIGKILLed mid-run, a corrupt checkpoint, a non-finite loss, a checkpoint of
+another protocol. Each faulty run must give the metrics of the uninterrupted run (timings aside)."""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from benchmark import checkpoint
+from benchmark.checkpoint import CheckpointError
+from benchmark.config import RunConfig
+from benchmark.results import read_jsonl
+from ray_jobs.run import RunError, main, run
+
+PROJECT = Path(__file__).resolve().parent.parent
+# FedDyn keeps state on both sides (h_k per client, the drift on the server): what a resume must carry
+SETTING = dict(method="feddyn", dataset="office_caltech", rounds=4, local_epochs=1, client_fraction=0.1, eval_max=30,
+               num_actors=2, driver_cpus=1, cpus_per_actor=1)
+FLAGS = ["--method", "feddyn", "--dataset", "office_caltech", "--rounds", "4", "--local-epochs", "1",
+         "--client-fraction", "0.1", "--eval-max", "30", "--num-actors", "2", "--quiet"]
+
+
+def config(root, out, **kw) -> RunConfig:
+    return RunConfig(**{**SETTING, **kw}, data_root=str(root), out=str(out))
+
+
+def metrics(out: Path) -> list:
+    """metrics.jsonl without its timings."""
+    return [(r["round"], r["accuracy"], r["client_loss"], r["train_loss"]) for r in read_jsonl(out / "metrics.jsonl")]
+
+
+def summary(out: Path) -> dict:
+    s = json.loads((out / "summary.json").read_text())
+    s.pop("wall_time_s")
+    return s
+
+
+def wait_for(predicate, timeout=300, what="the run"):
+    t0 = time.monotonic()
+    while not predicate():
+        if time.monotonic() - t0 > timeout:
+            pytest.fail(f"timed out waiting for {what}")
+        time.sleep(0.05)
+
+
+def rows(out: Path) -> int:
+    try:
+        return len(read_jsonl(out / "metrics.jsonl"))
+    except (OSError, ValueError):
+        return 0
+
+
+@pytest.fixture(scope="module")
+def reference(ray_cluster, data_root, tmp_path_factory):
+    out = tmp_path_factory.mktemp("reference")
+    run(config(data_root, out), quiet=True)
+    assert not (out / checkpoint.DIR).exists()  # a complete run keeps no checkpoint
+    return out
+
+
+def test_client_actor_killed_mid_round_gives_the_same_metrics(reference, data_root, tmp_path, capsys):
+    out = tmp_path / "run"
+    result = {}
+    thread = threading.Thread(target=lambda: result.update(summary=run(config(data_root, out), quiet=True)))
+    thread.start()
+    wait_for(lambda: rows(out) >= 1, what="round 0")
+    pid = json.loads((out / "config.json").read_text())["provenance"]["actors"][0]["pid"]
+    os.kill(pid, signal.SIGKILL)  # mid-run: round 1 is training
+    thread.join(timeout=600)
+    assert "summary" in result, "the run did not complete"
+    note = capsys.readouterr().out
+    assert ": client actor 0 (clients [0, 2, 4, 6, 8]) died (" in note and "1 of 3 restarts used" in note
+    assert metrics(out) == metrics(reference)
+    assert summary(out) == summary(reference)
+
+
+def test_an_actor_that_dies_too_often_stops_the_run_naming_its_clients(reference, data_root, tmp_path):
+    out = tmp_path / "run"
+    errors = []
+
+    def target():
+        try:
+            run(config(data_root, out, actor_restarts=0, rounds=3), quiet=True)
+        except RunError as e:
+            errors.append(str(e))
+
+    thread = threading.Thread(target=target)
+    thread.start()
+    wait_for(lambda: rows(out) >= 1, what="round 0")
+    os.kill(json.loads((out / "config.json").read_text())["provenance"]["actors"][1]["pid"], signal.SIGKILL)
+    thread.join(timeout=600)
+    assert len(errors) == 1
+    assert "client actor 1 (clients [1, 3, 5, 7, 9]) died 1 times in this run, more than --actor-restarts 0" in errors[0]
+    assert "without dropping its clients" in errors[0]
+    assert not (out / "summary.json").exists()
+    assert metrics(out) == metrics(reference)[: rows(out)]  # whatever rounds it finished are the reference's
+
+
+@pytest.fixture(scope="module")
+def killed(reference, data_root, tmp_path_factory):
+    """The entry point, a separate process on the session's Ray cluster, SIGKILLed once round 1's
+    checkpoint is written."""
+    import ray
+
+    out = tmp_path_factory.mktemp("killed") / "run"
+    env = {**os.environ, "RAY_ADDRESS": ray.get_runtime_context().gcs_address, "RAY_AUTH_MODE": "token",
+           "PYTHONPATH": str(PROJECT)}
+    proc = subprocess.Popen([sys.executable, "-m", "ray_jobs.run", *FLAGS, "--data-root", str(data_root),
+                             "--out", str(out)], env=env, cwd=PROJECT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        wait_for(lambda: checkpoint.checkpoint_path(out / checkpoint.DIR, 1).exists() or proc.poll() is not None,
+                 what="round 1's checkpoint")
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        _, err = proc.communicate(timeout=60)
+    assert proc.returncode == -signal.SIGKILL, err.decode()[-2000:]
+    assert not (out / "summary.json").exists()
+    return out
+
+
+def test_sigkilled_entry_point_resumes_to_identical_metrics(killed, reference, data_root, tmp_path, capsys):
+    out = tmp_path / "run"
+    shutil.copytree(killed, out)
+    done = [int(p.stem.split("_")[1]) for p in checkpoint.listing(out / checkpoint.DIR)]
+    assert 1 <= len(done) <= checkpoint.KEEP and done[0] >= 1  # the latest two at most
+    run(config(data_root, out), quiet=True, resume=True)
+    assert f"note: resuming feddyn-office_caltech-default-seed0 after round {done[0]} of 4" in capsys.readouterr().out
+    assert metrics(out) == metrics(reference)
+    assert summary(out) == summary(reference)
+    assert json.loads((out / "config.json").read_text())["resumed_after_round"] == done[0]
+
+
+def test_corrupt_latest_checkpoint_is_detected_and_the_previous_used(killed, reference, data_root, tmp_path, capsys):
+    out = tmp_path / "run"
+    shutil.copytree(killed, out)
+    files = checkpoint.listing(out / checkpoint.DIR)
+    assert len(files) == 2  # round 1's (at least) and the one before
+    latest, previous = files[0], files[1]
+    blob = bytearray(latest.read_bytes())
+    blob[len(blob) // 2] ^= 0xFF
+    latest.write_bytes(bytes(blob))
+    with pytest.raises(CheckpointError, match="is corrupt"):
+        checkpoint.read(latest)
+    run(config(data_root, out, executor="local"), quiet=True, resume=True)
+    said = capsys.readouterr().out
+    assert f"note: {latest} is corrupt (its sha256 does not match its content); trying the previous checkpoint" in said
+    assert f"after round {int(previous.stem.split('_')[1])} of 4" in said
+    assert metrics(out) == metrics(reference)
+
+
+def test_nonfinite_loss_stops_naming_round_client_method_and_keeps_the_last_good_checkpoint(
+        reference, data_root, tmp_path, capsys):
+    out = tmp_path / "run"
+    cfg = config(data_root, out, test_faults={"nan_loss": [2, 3]})
+    with pytest.raises(RunError) as e:
+        run(cfg, quiet=True, resume=True)  # nothing to resume: starts fresh and says so
+    assert f"note: no checkpoint in {out / checkpoint.DIR}; starting feddyn-office_caltech-default-seed0 from round 0" \
+        in capsys.readouterr().out
+    msg = str(e.value)
+    assert msg.startswith("non-finite loss in round 2, client 3 (amazon), method feddyn;")
+    assert "nothing of the round was averaged" in msg and "rounds up to 1 (checkpoint)" in msg
+    assert not (out / "summary.json").exists() and "non-finite loss in round 2" in (out / "error.txt").read_text()
+    assert metrics(out) == metrics(reference)[:2]  # round 2 never recorded
+    files = checkpoint.listing(out / checkpoint.DIR)
+    assert [f.name for f in files] == ["round_0001.pt", "round_0000.pt"]
+    ck = checkpoint.read(files[0])
+    assert ck["round"] == 1 and [(r["round"], r["accuracy"]) for r in ck["metrics"]] == [m[:2] for m in metrics(out)]
+    state = ck["driver"]
+    assert sorted(state["client_states"]) == list(range(10))
+    assert all(torch.isfinite(v).all() for v in state["global_state"].values() if v.is_floating_point())
+    assert set(state["rule_state"]) == {"drift", "avg"}
+
+    # the same folder resumed under another protocol is refused, naming the difference (one line, code 2)
+    code = main([*FLAGS, "--seed", "1", "--executor", "local", "--data-root", str(data_root), "--out", str(out),
+                 "--resume"])
+    err = capsys.readouterr().err
+    assert code == 2 and len(err.strip().splitlines()) == 1
+    assert "was written by another protocol (seed: 0 in the checkpoint, 1 here)" in err
