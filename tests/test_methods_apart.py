@@ -1,0 +1,100 @@
+"""Tests that can tell methods apart, through Ray: a method's term must reach its clients (the client losses
+leave FedAvg's once there are prototypes), last5 is the mean of the last five rounds, the driver's accuracy
+is a plain count of correct predictions, and the numbers do not depend on how clients are spread over actors
+or on the executor."""
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import torch
+
+from benchmark.config import RunConfig
+from benchmark.data import eval_subset, load_domain, plan_clients, to_tensor_images
+from benchmark.results import read_jsonl
+from lightning_modules.resnet import build_model
+from ray_jobs.run import run
+
+# 5 clients (webcam 1, dslr 4) of a few images each: cheap, every client holds several classes
+TINY = dict(dataset="office_caltech", domains=["webcam", "dslr"], local_epochs=1, client_fraction=0.1, eval_max=30,
+            num_actors=2, driver_cpus=1, cpus_per_actor=1)
+
+
+def tiny_run(root, out, **kw) -> list[dict]:
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("WANDB_MODE", "disabled")
+        run(RunConfig(**{**TINY, **kw}, data_root=str(root), out=str(out)), quiet=True)
+    return read_jsonl(out / "metrics.jsonl")
+
+
+@pytest.fixture(scope="module")
+def prototype_runs(ray_cluster, data_root, tmp_path_factory):
+    """FedAvg, FPL and FedProto over 2 rounds; FedProc over 6, so that its InfoNCE weight a = 1 - r / 5 is
+    non-zero in rounds 1 to 4 (with 2 rounds it would be 0 in round 1)."""
+    rounds = {"fedavg": 2, "fpl": 2, "fedproto": 2, "fedproc": 6}
+    outs = {m: tmp_path_factory.mktemp(m) for m in rounds}
+    return {m: (tiny_run(data_root, outs[m], method=m, rounds=r), outs[m]) for m, r in rounds.items()}
+
+
+@pytest.mark.parametrize("method", ["fpl", "fedproto", "fedproc"])
+def test_prototype_term_reaches_every_client_from_round_1(prototype_runs, method):
+    fedavg, rows = prototype_runs["fedavg"][0], prototype_runs[method][0]
+    assert sorted(rows[0]["client_loss"]) == sorted(fedavg[0]["client_loss"]) == ["0", "1", "2", "3", "4"]
+    # round 0: no prototypes yet, CE alone from the same start with the same batches: FedAvg's losses exactly
+    assert rows[0]["client_loss"] == fedavg[0]["client_loss"]
+    # round 1: the term (and FedProc's CE weight 1 - a) changes every client's loss
+    for cid, loss in rows[1]["client_loss"].items():
+        assert loss != fedavg[1]["client_loss"][cid], f"{method}: client {cid}'s round-1 loss is FedAvg's"
+
+
+def test_last5_is_the_mean_of_the_last_five_rows_of_metrics(prototype_runs):
+    rows, out = prototype_runs["fedproc"]
+    assert [r["round"] for r in rows] == list(range(6))
+    summary = json.loads((out / "summary.json").read_text())
+    for d in ["webcam", "dslr", "AVG"]:
+        assert summary["last5"][d] == pytest.approx(sum(r["accuracy"][d] for r in rows[1:]) / 5, abs=1e-12)
+    assert summary["final"] == rows[-1]["accuracy"]
+
+
+def test_driver_accuracy_is_an_independent_count(data_root):
+    """The driver's accuracy after a round against a per-sample count of correct predictions of the global
+    model in eval mode, with the test images normalised here, and the unweighted mean over domains."""
+    from ray_jobs.driver import Driver
+
+    cfg = RunConfig(**{**TINY, "executor": "local", "num_actors": 1}, method="fpl", rounds=1, data_root=str(data_root))
+    spec = cfg.dataset_spec
+    clients = plan_clients(data_root, cfg.dataset, cfg.clients_per_domain, spec.client_pct, cfg.seed,
+                           cfg.client_fraction, spec.per_class)
+    driver = Driver(cfg, clients, str(data_root))
+    acc = driver.run_round(0)["accuracy"]
+    model = build_model(spec.model, spec.num_classes)
+    model.load_state_dict(driver.global_state)
+    model.eval()
+    mean = torch.tensor(spec.transform.mean).view(1, 3, 1, 1)
+    std = torch.tensor(spec.transform.std).view(1, 3, 1, 1)
+    ours = {}
+    for d in cfg.domains:
+        dom = load_domain(data_root, cfg.dataset, d, need_train=False)
+        keep = eval_subset(len(dom.test_y), cfg.eval_max)
+        x = to_tensor_images(dom.test_x[keep], spec.image_size).float() / 255
+        with torch.no_grad():
+            pred = model((x - mean) / std)[0].argmax(1).tolist()
+        correct = sum(1 for p, t in zip(pred, dom.test_y[keep].tolist()) if p == t)
+        ours[d] = 100.0 * correct / len(keep)
+    assert len(keep) == 30
+    assert {d: acc[d] for d in cfg.domains} == ours
+    assert acc["AVG"] == pytest.approx((ours["webcam"] + ours["dslr"]) / 2)
+
+
+@pytest.mark.parametrize("method", ["moon", "fpl"])
+def test_same_metrics_with_1_or_3_actors_and_with_the_local_executor(ray_cluster, data_root, tmp_path, method):
+    """MOON keeps a state per client (its previous model) and FPL sends prototypes: neither may depend on how
+    the clients are spread over actors, or on the executor."""
+    strip = lambda rows: [(r["accuracy"], r["client_loss"]) for r in rows]  # noqa: E731
+    one = strip(tiny_run(data_root, tmp_path / "one", method=method, rounds=2, num_actors=1))
+    three = strip(tiny_run(data_root, tmp_path / "three", method=method, rounds=2, num_actors=3))
+    local = strip(tiny_run(data_root, tmp_path / "local", method=method, rounds=2, executor="local"))
+    assert three == one
+    assert local == one
+    assert np.isfinite([r[1][c] for r in one for c in r[1]]).all()
