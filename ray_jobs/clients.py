@@ -176,5 +176,5 @@ class ClientGroup:
 
     def non_finite(self, what: str, round_idx: int, c: dict) -> str:
         return (f"non-finite {what} in round {round_idx}, client {c['id']} ({c['domain']}), method {self.cfg.method}; "
-                "its weights were discarded, nothing of the round was averaged and the run stopped (the last "
-                "checkpoint is the round before). Lower the learning rate or raise tau.")
+                "its weights were discarded, nothing of the round was averaged and the run stopped. Lower the "
+                "learning rate or raise tau.")

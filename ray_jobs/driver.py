@@ -172,7 +172,7 @@ class Driver:
         ex = self.executor
         ex.client_states.update(ck["client_states"])
         ex.states_round = ck["states_round"]
-        ex.map("set_client_states", ex.client_states, ex.states_round)
+        ex.map("set_client_states", ex.put(ex.client_states), ex.states_round)  # one copy for every actor
 
     def final_state(self) -> dict[str, torch.Tensor]:
         """The model to keep in the run folder, the one evaluated (`evaluated_state`): floating tensors in

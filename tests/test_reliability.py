@@ -186,3 +186,28 @@ def test_nonfinite_loss_stops_naming_round_client_method_and_keeps_the_last_good
     err = capsys.readouterr().err
     assert code == 2 and len(err.strip().splitlines()) == 1
     assert "was written by another protocol (seed: 0 in the checkpoint, 1 here)" in err
+
+
+def test_driver_killed_or_entry_point_interrupted_names_the_exact_resume_command(reference, data_root, tmp_path,
+                                                                                capsys, monkeypatch):
+    out = tmp_path / "run"
+    argv = [*FLAGS, "--data-root", str(data_root), "--out", str(out)]
+    resume = "run: python -m ray_jobs.run " + " ".join([*argv, "--resume"])
+    codes = []
+    thread = threading.Thread(target=lambda: codes.append(main(argv)))
+    thread.start()
+    wait_for(lambda: checkpoint.checkpoint_path(out / checkpoint.DIR, 0).exists(), what="round 0's checkpoint")
+    os.kill(json.loads((out / "config.json").read_text())["provenance"]["driver"]["pid"], signal.SIGKILL)
+    thread.join(timeout=600)
+    err = capsys.readouterr().err.strip().splitlines()
+    assert codes == [2] and len(err) == 1 and err[0].startswith("error: ")
+    assert "The run folder keeps its rounds up to" in err[0] and err[0].endswith(f"to continue, {resume}.")
+    assert not (out / "summary.json").exists()
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr("ray_jobs.run.run", interrupted)
+    assert main(argv) == 130
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("error: interrupted;") and err[0].endswith(f"To continue, {resume}")
