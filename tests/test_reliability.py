@@ -211,3 +211,16 @@ def test_driver_killed_or_entry_point_interrupted_names_the_exact_resume_command
     assert main(argv) == 130
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("error: interrupted;") and err[0].endswith(f"To continue, {resume}")
+
+
+def test_sweep_resumes_an_interrupted_run_from_its_last_round(killed, reference, data_root, tmp_path, capsys):
+    from ray_jobs.sweep import execute
+
+    out = tmp_path / "run"
+    shutil.copytree(killed, out)
+    done = int(checkpoint.listing(out / checkpoint.DIR)[0].stem.split("_")[1])
+    cfg = config(data_root, out, executor="local")
+    assert execute([cfg], None) == [cfg.run_name]
+    assert f"note: resuming {cfg.run_name} after round {done} of 3" in capsys.readouterr().out
+    assert metrics(out) == metrics(reference)
+    assert summary(out) == summary(reference)
