@@ -7,6 +7,7 @@ PROFILE ?= full
 DOMAINS ?=
 EXECUTOR ?= ray
 ENGINE ?= auto
+PRECISION ?= 32-true
 export RAY_USAGE_STATS_ENABLED ?= 0
 
 TABLES := table1 table2 table3
@@ -35,10 +36,11 @@ data: $(STAMP)
 	$(PY) -m benchmark.download --root data
 
 ## a paper table (benchmark/tables.py): make table2 -> --table 2, make table-fedplvm -> --table fedplvm;
-## EXECUTOR=local: one process, one run after another, no Ray needed; ENGINE=sequential|fused|auto
+## EXECUTOR=local: one process, one run after another, no Ray needed; ENGINE=sequential|fused|auto;
+## PRECISION=32-true|bf16-mixed
 $(TABLES): $(STAMP)
 	$(PY) -m ray_jobs.sweep --table $(patsubst -%,%,$(subst table,,$@)) --profile $(PROFILE) $(if $(DOMAINS),--domains $(DOMAINS)) \
-		--executor $(EXECUTOR) --engine $(ENGINE)
+		--executor $(EXECUTOR) --engine $(ENGINE) --precision $(PRECISION)
 
 ## every figure again from the run folders (table reports, smoke reports, the demo), no training
 figures: $(STAMP)

@@ -49,7 +49,7 @@ def summarize(cfg: dict, clients: list[dict], rounds: list[dict]) -> dict:
 
 
 PROTOCOL_KEYS = ("method", "dataset", "split", "domains", "seed", "rounds", "local_epochs", "batch_size", "lr",
-                 "momentum", "weight_decay", "hparams", "client_fraction", "eval_max")
+                 "momentum", "weight_decay", "drop_last", "hparams", "client_fraction", "eval_max", "precision")
 
 
 def protocol(cfg) -> dict:

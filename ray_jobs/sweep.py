@@ -240,11 +240,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--executor", default="ray", choices=["ray", "local"],
                     help="local: every run in this process, one after another (Ray is not imported)")
     ap.add_argument("--engine", default="auto", help="client training engine of every run: auto, sequential or fused")
+    ap.add_argument("--precision", default="32-true",
+                    help="32-true (as the references) or bf16-mixed; part of each run's protocol (a run at another precision is run again)")
     args = ap.parse_args(argv)
     results_dir = Path(args.results_dir or ("results" if args.profile == "full" else "results/smoke"))
     try:
         runs = plan(args.table, args.profile, args.domains.split(",") if args.domains else None, results_dir,
-                    args.data_root, {"executor": args.executor, "engine": args.engine})
+                    args.data_root, {"executor": args.executor, "engine": args.engine, "precision": args.precision})
         execute(runs, args.parallel)
         df = report(args.table, args.profile, runs, results_dir)
     except (ConfigError, DataError, RunError) as e:

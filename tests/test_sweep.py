@@ -24,6 +24,14 @@ METHODS = ["fedavg", "fedprox", "moon", "feddyn", "fedopt", "fedproc", "fedproto
 ARGS = ["--table", "2", "--profile", "smoke", "--domains", "mnist,usps,syn"]
 
 
+def test_precision_and_drop_last_are_part_of_a_runs_protocol(data_root, tmp_path):
+    fp32 = plan("2", "smoke", ["mnist", "usps", "syn"], tmp_path, str(data_root))
+    bf16 = plan("2", "smoke", ["mnist", "usps", "syn"], tmp_path, str(data_root), {"precision": "bf16-mixed"})
+    assert {c.precision for c in bf16} == {"bf16-mixed"} and [c.out for c in bf16] == [c.out for c in fp32]
+    assert protocol(bf16[0]) == {**protocol(fp32[0]), "precision": "bf16-mixed"}  # same folder, run again
+    assert protocol(fp32[0])["drop_last"] is False
+
+
 def test_sweep_stops_before_any_run_when_a_domain_is_absent(data_root, tmp_path):
     with pytest.raises(DataError, match=r"svhn_train\.npz.*started no run.*DOMAINS=mnist,usps,syn make table2"):
         plan("2", "smoke", None, tmp_path, str(data_root))
