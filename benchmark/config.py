@@ -32,9 +32,11 @@ SPLITS: dict[str, dict[str, dict[str, int]]] = {
         "default": {"caltech": 3, "amazon": 2, "webcam": 1, "dslr": 4},
     },
     "digit5": {"default": {d: 1 for d in DATASETS["digit5"]}},  # FedPLVM: one client per domain
+    # FedProto: 20 MNIST clients, n-way k-shot with mean n = 3, 4 or 5 (DatasetSpec.ways)
+    "mnist": {f"{n}way": {"mnist": 20} for n in (3, 4, 5)},
     "office10": {"default": {d: 1 for d in DATASETS["office10"]}},
 }
-DEFAULT_SPLIT = {"digits": "code", "office_caltech": "default", "digit5": "default", "office10": "default"}
+DEFAULT_SPLIT = {"digits": "code", "office_caltech": "default", "digit5": "default", "office10": "default", "mnist": "3way"}
 RANDOM_SPLIT = "random"  # the split drawn from the seed, as RethinkFL's --rand_dataset does (`reference_random_split`)
 
 
@@ -51,6 +53,10 @@ class DatasetSpec:
     transform: Transform = Transform()  # FPL's: crop + flip, ImageNet normalisation
     client_pct: float | None = None
     per_class: tuple[int, int] | None = None
+    channels: int = 3  # image channels the model takes: grey images are repeated to 3, or kept as 1
+    # FedProto's n-way k-shot split (benchmark.fewshot): split name -> mean n; each client gets its own
+    # test samples (40 of each of its classes) and is evaluated on them in its client group
+    ways: dict[str, int] | None = None
 
 
 DATASET_SPECS: dict[str, DatasetSpec] = {
@@ -62,6 +68,9 @@ DATASET_SPECS: dict[str, DatasetSpec] = {
                           transform=Transform(mean=(0.5,) * 3, std=(0.5,) * 3, augment=False)),
     "office10": DatasetSpec(num_classes=10, model="resnet10_plvm", image_size=64, per_class=(10, 100),
                             transform=Transform(mean=(0.0,) * 3, std=(1.0,) * 3, augment=False)),
+    # FedProto (its lib/utils.py): MNIST 1 x 28 x 28, ToTensor + Normalize((0.1307,), (0.3081,)), no augmentation
+    "mnist": DatasetSpec(num_classes=10, model="cnn_mnist", image_size=28, channels=1, ways={"3way": 3, "4way": 4, "5way": 5},
+                         transform=Transform(mean=(0.1307,), std=(0.3081,), augment=False)),
 }
 
 # A paper's run protocol by name: RunConfig field values (the dataset's own protocol is its DatasetSpec).
@@ -72,6 +81,10 @@ PRESETS: dict[str, dict] = {
     "fpl-office": dict(dataset="office_caltech", **_FPL),
     "fedplvm-digit5": dict(dataset="digit5", rounds=50, **_FEDPLVM),  # FedPLVM (NeurIPS 2024), section 2
     "fedplvm-office10": dict(dataset="office10", rounds=80, **_FEDPLVM),
+    # FedProto (AAAI 2022), section 4: SGD lr 0.01 momentum 0.5 (no weight decay), batch 4 with the
+    # DataLoader's drop_last, 1 local epoch, 100 rounds; n = 3, 4, 5
+    **{f"fedproto-mnist-n{n}": dict(dataset="mnist", split=f"{n}way", rounds=100, local_epochs=1, batch_size=4,
+                                    lr=0.01, momentum=0.5, weight_decay=0.0, drop_last=True) for n in (3, 4, 5)},
 }
 
 
@@ -152,11 +165,9 @@ class RunConfig:
         set_ = lambda name, value: object.__setattr__(self, name, value)  # noqa: E731 (frozen)
         if self.split is None:
             set_("split", DEFAULT_SPLIT[self.dataset])
-        if self.split not in [*SPLITS[self.dataset], RANDOM_SPLIT]:
-            raise ConfigError(
-                f"unknown split {self.split!r} for {self.dataset}; "
-                f"choose one of: {', '.join([*SPLITS[self.dataset], RANDOM_SPLIT])}."
-            )
+        splits = [*SPLITS[self.dataset]] + ([] if self.dataset_spec.ways else [RANDOM_SPLIT])
+        if self.split not in splits:
+            raise ConfigError(f"unknown split {self.split!r} for {self.dataset}; choose one of: {', '.join(splits)}.")
         all_domains = list(DATASETS[self.dataset])
         if self.domains is None:
             set_("domains", all_domains)
@@ -200,6 +211,12 @@ class RunConfig:
             raise ConfigError(f"unknown hyperparameter(s) {unknown_hp} for {self.method}; it takes: {known}.")
         set_("hparams", {**spec.defaults, **self.hparams})
         spec.validate(self.hparams)
+        if not spec.server.averages_weights and not self.dataset_spec.ways:
+            raise ConfigError(f"{self.method} keeps no global model, so it needs a protocol that tests each client on "
+                              f"its own test samples: use --preset fedproto-mnist-n3 (or -n4, -n5), not {self.dataset}.")
+        if spec.client_model is not None and self.dataset_spec.model != "cnn_mnist":
+            raise ConfigError(f"{self.method} varies the MNIST CNN's conv2 width per client; use --preset "
+                              f"fedproto-mnist-n3 (or -n4, -n5), not {self.dataset} ({self.dataset_spec.model}).")
 
     @property
     def dataset_spec(self) -> DatasetSpec:
@@ -212,6 +229,11 @@ class RunConfig:
         else:
             split = SPLITS[self.dataset][self.split]
         return {d: split[d] for d in self.domains}
+
+    @property
+    def ways(self) -> int | None:
+        """The mean n of an n-way k-shot split (FedProto's protocol); None for the other protocols."""
+        return self.dataset_spec.ways[self.split] if self.dataset_spec.ways else None
 
     @property
     def dropped_domains(self) -> list[str]:

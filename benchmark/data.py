@@ -18,6 +18,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from benchmark.fewshot import nway_kshot_split
 from benchmark.results import atomic_write
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
@@ -44,6 +45,7 @@ DATASETS: dict[str, dict[str, tuple[str, str | None]]] = {
         "syn": ("digits/syn_train", "digits/syn_test"),
         "mnistm": ("digits/mnistm_train", "digits/mnistm_test"),
     },
+    "mnist": {"mnist": ("digits/mnist_train", "digits/mnist_test")},  # FedProto's n-way k-shot MNIST (section 4)
     "office10": {
         "amazon": ("office_caltech10/amazon", None),
         "caltech": ("office_caltech10/caltech", None),
@@ -177,10 +179,11 @@ def load_archive(root: Path, stem: str) -> tuple[np.ndarray, np.ndarray]:
     return np.concatenate(xs), np.concatenate(ys).astype(np.int64)
 
 
-def to_tensor_images(x: np.ndarray, size: int = IMAGE_SIZE) -> torch.Tensor:
-    """N x H x W x C uint8 -> N x 3 x size x size uint8: grey repeated to 3 channels, Resize(size)."""
+def to_tensor_images(x: np.ndarray, size: int = IMAGE_SIZE, channels: int = 3) -> torch.Tensor:
+    """N x H x W x C uint8 -> N x channels x size x size uint8: grey repeated to 3 channels (kept as 1 with
+    channels=1), Resize(size)."""
     t = torch.from_numpy(np.ascontiguousarray(x)).permute(0, 3, 1, 2)
-    if t.shape[1] == 1:
+    if t.shape[1] == 1 and channels == 3:
         t = t.expand(-1, 3, -1, -1)
     if t.shape[-2:] != (size, size):
         # bilinear with antialias: torchvision's tensor path of Resize, matching PIL's filter
@@ -309,7 +312,7 @@ def eval_subset(n: int, cap: int | None) -> np.ndarray:
 
 
 def plan_clients(root: Path, dataset: str, clients_per_domain: dict[str, int], pct: float | None, seed: int,
-                 fraction: float = 1.0, per_class: tuple[int, int] | None = None) -> list[dict]:
+                 fraction: float = 1.0, per_class: tuple[int, int] | None = None, ways: int | None = None) -> list[dict]:
     """Every client's id, domain and training indices, domains and clients in order.
 
     Each domain's pool is partitioned with its own seeded stream (seed, domain
@@ -317,11 +320,21 @@ def plan_clients(root: Path, dataset: str, clients_per_domain: dict[str, int], p
     dropping a domain leaves the others' partitions unchanged. With `per_class`
     (FedPLVM) a domain has one client, which takes the first k_train of each class
     (k_train scaled by `fraction`, at least 1); its indices are into
-    `load_domain(..., per_class=per_class)`'s training set.
+    `load_domain(..., per_class=per_class)`'s training set. With `ways` (FedProto) the
+    domain's clients get FedProto's n-way k-shot split (`benchmark.fewshot`): each also
+    its `classes` and `test_indices` into the domain's test set.
     """
     order = list(DATASETS[dataset])
     clients = []
     for d, n_clients in clients_per_domain.items():
+        if ways is not None:
+            dom = load_domain(root, dataset, d)
+            try:
+                split = nway_kshot_split(dom.train_y, dom.test_y, n_clients, ways, [seed, order.index(d)], fraction=fraction)
+            except ValueError as e:
+                raise DataError(f"{dataset}/{d}: {e}") from None
+            clients += [{"id": len(clients) + i, "domain": d, **c, "num_samples": len(c["indices"])} for i, c in enumerate(split)]
+            continue
         if per_class is not None:
             if n_clients != 1:
                 raise DataError(f"{dataset}/{d}: this protocol has one client per domain (got {n_clients}).")

@@ -220,7 +220,7 @@ def test_features(run_dir: Path, per_domain: int, data_root: str | None = None) 
         keep = eval_subset(len(d.test_y), cfg.get("eval_max"))
         keep = keep[eval_subset(len(keep), per_domain)]
         with torch.no_grad():
-            x = to_tensor_images(d.test_x[keep], spec.image_size)
+            x = to_tensor_images(d.test_x[keep], spec.image_size, spec.channels)
             z = torch.cat([model.features(spec.transform.eval(x[i : i + 500])) for i in range(0, len(x), 500)]).numpy()
         part = pd.DataFrame(z, columns=[f"f{i}" for i in range(z.shape[1])])
         part.insert(0, "label", d.test_y[keep])
@@ -272,6 +272,8 @@ def table_figures(table: str, run_dirs, out_dir: Path, title: str = "") -> dict:
     """A table report's figures in out_dir: curves.{png,svg} and bars.{png,svg} beside the paper's table.
     Returns {"curves": curve data, "bars": bar data, "files": [paths]}."""
     out_dir = Path(out_dir)
+    if table == "fedproto":  # FedProto's Table 1: no domains, one split per n
+        return fedproto_figures(run_dirs, out_dir, title)
     from benchmark.tables import METRICS, TABLES  # late: tables imports the method registry (lightning)
 
     spec = TABLES[table]
@@ -280,6 +282,19 @@ def table_figures(table: str, run_dirs, out_dir: Path, title: str = "") -> dict:
                      f"{title}: {METRICS[spec.metric]}, ours (solid, ± std) beside the paper (hatched)", metric=spec.metric)
     files = [out_dir / f"{n}.{f}" for n in ("curves", "bars") for f in FORMATS]
     return {"curves": curves, "bars": bars, "files": files}
+
+
+def fedproto_figures(run_dirs, out_dir: Path, title: str = "") -> dict:
+    """FedProto Table 1's figures in out_dir: the mean client accuracy over rounds (AVG, classifier, prototype
+    panels), one figure per split (n), curves_<split>.{png,svg}. Returns {"curves": {split: data}, "files": [paths]}."""
+    splits = {Path(d): _config(d)["split"] for d in run_dirs}
+    curves, files = {}, []
+    for split in sorted(set(splits.values())):
+        stem = Path(out_dir) / f"curves_{split}"
+        curves[split] = plot_curves([d for d, s in splits.items() if s == split], stem,
+                                    f"{title}, {split}: mean client accuracy over rounds (mean over seeds, band: ± std)")
+        files += [stem.with_name(f"{stem.name}.{f}") for f in FORMATS]
+    return {"curves": curves, "files": files}
 
 
 def demo_figures(run_dirs, out_dir: Path) -> list[Path]:

@@ -17,7 +17,9 @@ from lightning_modules.fedopt import FedOptServer
 from lightning_modules.fedproc import FedProcClient, FedProcServer
 from lightning_modules.fedprox import FedProxClient
 from lightning_modules.fedproto import FedProtoClient, FedProtoServer
+from lightning_modules.fedproto_orig import FedProtoOrigServer, fedproto_mh_model
 from lightning_modules.fpl import FPLClient, FPLServer
+from lightning_modules.local import LocalServer
 from lightning_modules.moon import MOONClient
 
 
@@ -80,6 +82,9 @@ class Method:
     defaults: dict = field(default_factory=dict)  # the method's hyperparameters (hparams) and their defaults
     validate: Callable[[dict], None] = lambda hparams: None  # raises HyperparameterError naming a bad value
     description: str = ""
+    # a client's model options by client id (build_model's kwargs), for methods whose clients differ
+    # in architecture (FedProto-mh); None: every client has the dataset's model as it is
+    client_model: Callable[[int], dict] | None = None
 
 
 METHODS: dict[str, Method] = {}
@@ -145,6 +150,25 @@ register(Method(
         double_forward=True,  # BatchNorm running statistics move twice per step, as the code's two passes (dev. 18)
     ),
     validate=_all(_positive("mu"), _boolean("double_forward")), description="FedProto with parameter averaging",
+))
+
+FEDPROTO_ORIG_DEFAULTS = dict(
+    mu=1.0,  # the paper's lambda (the code's --ld): weight of the MSE to the global prototype of y (MNIST: 1)
+    double_forward=False,  # the official code runs the model once per step (and the MNIST CNN has no BatchNorm)
+)
+register(Method(
+    name="fedproto_orig", client=FedProtoClient, server=FedProtoOrigServer, defaults=FEDPROTO_ORIG_DEFAULTS,
+    validate=_all(_positive("mu"), _boolean("double_forward")),
+    description="FedProto as published (AAAI 2022): prototypes only, each client keeps its own model",
+))
+register(Method(
+    name="fedproto_mh", client=FedProtoClient, server=FedProtoOrigServer, defaults=FEDPROTO_ORIG_DEFAULTS,
+    validate=_all(_positive("mu"), _boolean("double_forward")), client_model=fedproto_mh_model,
+    description="FedProto-mh: fedproto_orig with conv2 widths 18 / 20 / 22 for clients 0-6 / 7-13 / 14-19",
+))
+register(Method(
+    name="local", client=FedAvgClient, server=LocalServer,
+    description="Local: each client trains its own model alone, no communication",
 ))
 
 FPL_DEFAULTS = dict(

@@ -56,3 +56,15 @@ def reference(table: dict, method: str, dataset: str, domains: list[str]) -> dic
     kept = [d for d in order if d in domains]
     avg = row["AVG"] if kept == order else float(np.mean([row[d] for d in kept]))
     return {**{d: row[d] for d in kept}, "AVG": avg}
+
+
+# FedProto (AAAI 2022), Table 1, MNIST, stdev 2 (PROTOCOL.md section 4): per method, n -> (mean, std over
+# clients) of the test accuracy, and the parameters communicated per round (x 10^3, the paper's column)
+FEDPROTO_TABLE1 = {
+    "fedproto_orig": {3: (97.13, 0.30), 4: (96.80, 0.41), 5: (96.70, 0.29)},
+    "fedproto_mh": {3: (97.07, 0.50), 4: (96.65, 0.31), 5: (96.22, 0.36)},
+    "fedavg": {3: (95.04, 6.48), 4: (94.32, 4.89), 5: (93.22, 4.39)},
+    "fedprox": {3: (96.26, 2.89), 4: (96.40, 3.33), 5: (95.65, 3.38)},
+    "local": {3: (94.05, 2.93), 4: (93.35, 3.26), 5: (92.92, 3.17)},
+}
+FEDPROTO_COMM_PARAMS_K = {"fedproto_orig": 4, "fedproto_mh": 4, "fedavg": 430, "fedprox": 430, "local": 0}

@@ -62,3 +62,15 @@ def cluster_prototypes(client_protos: dict, num_classes: int, dim: int) -> tuple
     if not protos:
         return torch.zeros(0, dim), torch.zeros(0, dtype=torch.long), unbiased
     return torch.cat(protos), torch.cat(labels), unbiased
+
+
+def nearest_prototype(features: torch.Tensor, global_protos: torch.Tensor, classes: torch.Tensor) -> torch.Tensor:
+    """FedProto's prototype inference: per sample the class, among `classes` (the client's own) that have a
+    global prototype (NaN rows have none), whose prototype is nearest in L2; -1 when no such class exists."""
+    allowed = torch.zeros(len(global_protos), dtype=torch.bool, device=features.device)
+    allowed[classes] = True
+    allowed &= ~torch.isnan(global_protos).any(dim=1)
+    dist = torch.cdist(features, torch.nan_to_num(global_protos).to(features.dtype))  # B x K
+    dist[:, ~allowed] = float("inf")
+    pred = dist.argmin(dim=1)
+    return pred if bool(allowed.any()) else torch.full_like(pred, -1)

@@ -39,7 +39,7 @@ def summarize(cfg: dict, clients: list[dict], rounds: list[dict]) -> dict:
         "seed": cfg["seed"],
         "rounds": len(rounds),
         "hparams": cfg["hparams"],
-        "clients": [{"id": c["id"], "domain": c["domain"], "num_samples": c["num_samples"]} for c in clients],
+        "clients": clients,  # id, domain, num_samples (and classes under an n-way k-shot split)
         "final": dict(rounds[-1]["accuracy"]),
         "last5": {d: float(np.mean([r["accuracy"][d] for r in last])) for d in domains},
         "wall_time_s": float(sum(r["time_s"]["round"] for r in rounds)),

@@ -8,6 +8,10 @@ the rule turns that mean into the next global state_dict (`aggregate`), builds
 what the clients get with it (`payload`) and names the model the driver tests
 (`evaluated_state`: the global state, except for FedDyn). The rules themselves live with their client modules, one file per
 method under `lightning_modules/`.
+
+A rule with `averages_weights = False` (`LocalModelsRule`: FedProto as published, Local) averages no
+weights: no weights travel, the client groups send no sums, each client keeps its own model (which
+may differ in architecture from the others') and the driver holds no global model.
 """
 from __future__ import annotations
 
@@ -74,6 +78,7 @@ class ServerRule(ABC):
     """
 
     state_attrs: tuple[str, ...] = ()  # attributes changed across rounds (tensors, dicts of tensors, numbers, None)
+    averages_weights = True  # False: no weights travel, every client keeps its own model (`LocalModelsRule`)
 
     def __init__(self, hparams: dict, num_classes: int, feature_dim: int, rounds: int, param_keys: list[str]):
         self.hparams = hparams  # the method's hyperparameters (RunConfig.hparams)
@@ -116,3 +121,13 @@ class ServerRule(ABC):
         whose payload is None trains without its method's term. Methods that send nothing
         (FedAvg and the other weight-only rules) always return None.
         """
+
+
+class LocalModelsRule(ServerRule):
+    """A rule that averages no weights: each client trains its own model from round to round (its own
+    initialisation in round 0) and only the payload (prototypes, or nothing) travels."""
+
+    averages_weights = False
+
+    def aggregate(self, global_state, mean64, round_idx):
+        raise TypeError(f"{type(self).__name__} averages no weights; the driver must not call aggregate.")

@@ -52,4 +52,8 @@ TABLES: dict[str, Table] = {
     "3": Table("FPL Table 3 (consistency target G vs U) and Fig. 5 (CPCL cluster vs global prototypes)",
                _fpl_rows(paper.TABLE3) + [("fpl_cpcl_only", "fpl-office"), ("fpl_cpcl_global", "fpl-office")],
                paper.TABLE3),
+    # FedProto (AAAI 2022) Table 1, MNIST n-way k-shot, n = 3, 4, 5; its own report (ray_jobs.table_fedproto)
+    "fedproto": Table("FedProto Table 1 (MNIST, stdev 2)",
+                      [(m, f"fedproto-mnist-n{n}") for n in (3, 4, 5) for m in paper.FEDPROTO_TABLE1],
+                      paper.FEDPROTO_TABLE1, metric="final", smoke=dict(eval_max=None)),
 }

@@ -19,9 +19,10 @@ PAD = 4
 
 
 def normalize(x_uint8: torch.Tensor, mean: tuple = IMAGENET_MEAN, std: tuple = IMAGENET_STD) -> torch.Tensor:
-    """ToTensor + Normalize(mean, std) (ImageNet's by default) for a uint8 N x 3 x H x W batch."""
-    mean = torch.tensor(mean, device=x_uint8.device).view(1, 3, 1, 1)
-    std = torch.tensor(std, device=x_uint8.device).view(1, 3, 1, 1)
+    """ToTensor + Normalize(mean, std) (ImageNet's by default) for a uint8 N x C x H x W batch (one mean and
+    std per channel)."""
+    mean = torch.tensor(mean, device=x_uint8.device).view(1, -1, 1, 1)
+    std = torch.tensor(std, device=x_uint8.device).view(1, -1, 1, 1)
     return (x_uint8.float().div_(255.0) - mean) / std
 
 

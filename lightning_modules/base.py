@@ -35,6 +35,7 @@ every client of the round.
 from __future__ import annotations
 
 import lightning as L
+import numpy as np
 import torch
 import torch.nn.functional as F
 
@@ -156,6 +157,16 @@ class ClientModule(L.LightningModule):
         """Class -> mean training-mode feature of that class over the last local epoch (CPU)."""
         sums, counts = self._proto_sum.cpu(), self._proto_count.cpu()
         return {int(k): sums[k] / counts[k] for k in torch.nonzero(counts).flatten()}
+
+
+def own_initialisation(net_class: type, num_classes: int, seed: int, client_id: int, **model_kwargs) -> dict:
+    """A fresh random initialisation of `net_class(num_classes, **model_kwargs)`, seeded from (seed, client id),
+    the same on any executor: MOON's own previous model of round 0, the own model of a client that keeps
+    its own (`LocalModelsRule`). CPU state_dict."""
+    state = np.random.SeedSequence([seed, client_id], spawn_key=(1,)).generate_state(1)[0]
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(int(state))
+        return net_class(num_classes, **model_kwargs).state_dict()
 
 
 def bn_updates_per_step(net: nn.Module, updates: int, momentum: float = 0.1) -> None:

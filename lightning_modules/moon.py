@@ -24,19 +24,10 @@ from __future__ import annotations
 
 import copy
 
-import numpy as np
 import torch
 
-from lightning_modules.base import ClientModule, bn_updates_per_step
+from lightning_modules.base import ClientModule, bn_updates_per_step, own_initialisation  # noqa: F401 (re-export)
 from lightning_modules.losses import moon_loss
-
-
-def own_initialisation(net_class: type, num_classes: int, seed: int, client_id: int) -> dict:
-    """A fresh random initialisation of `net_class`, seeded from (seed, client id); CPU state_dict."""
-    state = np.random.SeedSequence([seed, client_id], spawn_key=(1,)).generate_state(1)[0]
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(int(state))
-        return net_class(num_classes).state_dict()
 
 
 class MOONClient(ClientModule):

@@ -1,5 +1,5 @@
 """The models, by name: CIFAR-style ResNet-10 of FPL (PROTOCOL.md section 1, 4,903,242 parameters) and
-FedPLVM's ResNet-10 for 64x64 inputs (section 2).
+FedPLVM's ResNet-10 for 64x64 inputs (section 2), and FedProto's MNIST CNN (`lightning_modules.cnn`, section 4).
 
 A model maps images to (logits, features) and has `features(x)`, `feature_dim` and
 `num_classes`; `build_model` makes the one a dataset's spec names (benchmark/config.py).
@@ -9,6 +9,8 @@ from __future__ import annotations
 import torch
 from torch import nn
 import torch.nn.functional as F
+
+from lightning_modules.cnn import CNNMnist
 
 
 class BasicBlock(nn.Module):
@@ -80,9 +82,10 @@ class ResNet10PLVM(ResNet10):
         return F.max_pool2d(x, 3, 2, 1)
 
 
-MODELS = {"resnet10": ResNet10, "resnet10_plvm": ResNet10PLVM}
+MODELS = {"resnet10": ResNet10, "resnet10_plvm": ResNet10PLVM, "cnn_mnist": CNNMnist}
 
 
-def build_model(name: str, num_classes: int) -> nn.Module:
-    """A freshly initialised model (torch's global RNG) by name."""
-    return MODELS[name](num_classes)
+def build_model(name: str, num_classes: int, **kwargs) -> nn.Module:
+    """A freshly initialised model (torch's global RNG) by name; `kwargs` its architecture's options
+    (a client's own, e.g. FedProto-mh's `conv2_channels`)."""
+    return MODELS[name](num_classes, **kwargs)

@@ -10,11 +10,19 @@ weights, each weighted as the method's server rule asks (`client_weight`: the
 sample count, or 1 for an unweighted mean), so weights leave an actor once per
 round, not once per client.
 
+Under a rule that averages no weights (`averages_weights` false: FedProto as published, Local)
+each client keeps its own model here from round to round, beside its client state, starting from
+its own seeded initialisation; the group then returns no weight sum. A method may give clients
+models of other architectures (`Method.client_model`, FedProto-mh): the group holds one module per
+architecture. Protocols with per-client test sets (clients with `test_indices`) are evaluated here
+(`evaluate`), each client on its own test samples with its own model (or the global one).
+
 Engines (`engine` in the config): `sequential` trains the clients one after
 another with `fit_local`; `fused` trains the clients of equal size (equal step
 counts) together as one batched computation with `fit_fused` (a client of a
 size no other client of the group has trains alone, with `fit_local`). Both give
-the same training; `auto` picks sequential on the CPU, fused on CUDA (README).
+the same training; `auto` picks sequential on the CPU, fused on CUDA (README). Fused subgroups share
+an architecture.
 """
 from __future__ import annotations
 
@@ -29,7 +37,8 @@ from benchmark.data import load_domain, to_tensor_images
 from benchmark.methods import METHODS
 from benchmark.provenance import describe_process
 from benchmark.server import RoundPayload, State, accumulate
-from lightning_modules.base import NonFiniteLoss, fit_local
+from benchmark.prototypes import nearest_prototype
+from lightning_modules.base import ClientModule, NonFiniteLoss, fit_local, own_initialisation, precision_context
 from lightning_modules.fused import FusedNonFiniteLoss, fit_fused
 from lightning_modules.resnet import build_model
 
@@ -83,21 +92,56 @@ class ClientGroup:
         self.clients = clients
         spec = cfg.dataset_spec
         domains = sorted({c["domain"] for c in clients})
-        raw = {d: load_domain(Path(data_root), cfg.dataset, d, need_test=False, per_class=spec.per_class) for d in domains}
-        self.data = {}
+        own_tests = {c["domain"] for c in clients if "test_indices" in c}  # domains whose clients have own test samples
+        raw = {d: load_domain(Path(data_root), cfg.dataset, d, need_test=d in own_tests, per_class=spec.per_class)
+               for d in domains}
+        self.data, self.test_data = {}, {}
         for c in clients:
             dom = raw[c["domain"]]
             idx = np.asarray(c["indices"])
-            x = to_tensor_images(dom.train_x[idx], spec.image_size).to(self.device)
+            x = to_tensor_images(dom.train_x[idx], spec.image_size, spec.channels).to(self.device)
             y = torch.from_numpy(dom.train_y[idx]).to(self.device)
             self.data[c["id"]] = (x, y)
-        net = build_model(spec.model, spec.num_classes)  # its weights are the round's global state before each fit
-        self.module = METHODS[cfg.method].client(
-            net, cfg.hparams, lr=cfg.lr, momentum=cfg.momentum, weight_decay=cfg.weight_decay
-        ).to(self.device)
-        self.module.precision_mode = cfg.precision
-        self.module.transform = spec.transform
+            if "test_indices" in c:  # the client's own test samples and classes
+                tidx = np.asarray(c["test_indices"])
+                self.test_data[c["id"]] = (to_tensor_images(dom.test_x[tidx], spec.image_size, spec.channels).to(self.device),
+                                           torch.from_numpy(dom.test_y[tidx]).to(self.device), c["classes"])
+        # one module per architecture (its weights are a client's starting state before each fit)
+        self.module = self.make_module(self.model_kwargs(clients[0]))
+        self.arch_modules = {self.arch(c): self.make_module(self.model_kwargs(c)) for c in clients
+                             if self.arch(c) != self.arch(clients[0])}
         self.client_states: dict[int, object] = {}
+        self.own_models: dict[int, State] = {}  # rules that average no weights: each client's own model
+
+    def make_module(self, model_kwargs: dict) -> ClientModule:
+        cfg, spec = self.cfg, self.cfg.dataset_spec
+        module = METHODS[cfg.method].client(build_model(spec.model, spec.num_classes, **model_kwargs), cfg.hparams,
+                                            lr=cfg.lr, momentum=cfg.momentum, weight_decay=cfg.weight_decay).to(self.device)
+        module.precision_mode = cfg.precision
+        module.transform = spec.transform
+        return module
+
+    def model_kwargs(self, c: dict) -> dict:
+        """Client c's model options (`Method.client_model`; none: the dataset's model as it is)."""
+        f = METHODS[self.cfg.method].client_model
+        return {} if f is None else f(c["id"])
+
+    def arch(self, c: dict) -> tuple:
+        return tuple(sorted(self.model_kwargs(c).items()))
+
+    def module_for(self, c: dict) -> ClientModule:
+        """The module of client c's architecture."""
+        if METHODS[self.cfg.method].client_model is None or self.arch(c) not in self.arch_modules:
+            return self.module
+        return self.arch_modules[self.arch(c)]
+
+    def own_model(self, c: dict) -> State:
+        """Client c's own model: its last trained weights, before its first round its own initialisation."""
+        if c["id"] not in self.own_models:
+            net = self.module_for(c).net
+            self.own_models[c["id"]] = own_initialisation(type(net), net.num_classes, self.cfg.seed, c["id"],
+                                                          **self.model_kwargs(c))
+        return self.own_models[c["id"]]
 
     def describe(self) -> dict:
         """Provenance: this process's machine, the engine it trains with and its clients."""
@@ -105,54 +149,75 @@ class ClientGroup:
                 "clients": [c["id"] for c in self.clients]}
 
     def subgroups(self) -> list[list[dict]]:
-        """Clients trained together: one by one (sequential), or those of equal size (fused)."""
+        """Clients trained together: one by one (sequential), or those of equal size and architecture (fused)."""
         if resolve_engine(self.cfg.engine, self.device) == "sequential":
             return [[c] for c in self.clients]
-        by_size: dict[int, list[dict]] = {}
+        by_size: dict[tuple, list[dict]] = {}
         for c in self.clients:
-            by_size.setdefault(len(self.data[c["id"]][1]), []).append(c)
+            key = (len(self.data[c["id"]][1]),) if METHODS[self.cfg.method].client_model is None else (len(self.data[c["id"]][1]), self.arch(c))
+            by_size.setdefault(key, []).append(c)
         return list(by_size.values())
 
-    def start_client(self, c: dict, global_state: State, payload: RoundPayload | None, round_idx: int) -> None:
-        """Client c's starting state in the module: the global weights, its own state, the round's inputs."""
+    def start_weights(self, c: dict, global_state: State | None) -> State:
+        """Client c's weights before its fit: the global ones, or its own under a rule that averages none."""
+        return global_state if METHODS[self.cfg.method].server.averages_weights else self.own_model(c)
+
+    def start_client(self, c: dict, global_state: State | None, payload: RoundPayload | None, round_idx: int) -> None:
+        """Client c's starting state in its module: its starting weights, its own state, the round's inputs."""
+        module = self.module_for(c)
         state = (self.client_states[c["id"]] if c["id"] in self.client_states
-                 else self.module.initial_client_state(self.cfg.seed, c))
-        self.module.start_round(round_idx, payload, global_state, state)
+                 else module.initial_client_state(self.cfg.seed, c))
+        module.start_round(round_idx, payload, self.start_weights(c, global_state), state)
         if self.cfg.test_faults.get("nan_loss") == [round_idx, c["id"]]:  # test-only: a non-finite loss
             with torch.no_grad():
-                next(self.module.net.parameters()).fill_(float("nan"))
+                next(module.net.parameters()).fill_(float("nan"))
+
+    def persistent_state(self, cid: int):
+        """What client cid keeps to its next round, on the CPU: its `client_state()`, and under a rule that
+        averages no weights also its own model (so checkpoints and restarted actors keep it)."""
+        state = to_cpu(self.client_states[cid])
+        if METHODS[self.cfg.method].server.averages_weights:
+            return state
+        return {"own_model": to_cpu(self.own_models[cid]), "client_state": state}
 
     def set_client_states(self, states: dict, after_round: int) -> None:
-        """Take the persistent states of this group's clients after round `after_round` (a resumed run, or a
-        restarted actor)."""
+        """Take the persistent states (`persistent_state`) of this group's clients after round `after_round` (a
+        resumed run, or a restarted actor)."""
         mine = {c["id"] for c in self.clients}
-        self.client_states.update({cid: s for cid, s in states.items() if cid in mine})
+        own = not METHODS[self.cfg.method].server.averages_weights
+        for cid, s in states.items():
+            if cid in mine:
+                if own:
+                    self.own_models[cid], s = s["own_model"], s["client_state"]
+                self.client_states[cid] = s
         self.states_round = after_round
 
     def train(self, global_state: State, payload: RoundPayload | None, round_idx: int) -> dict:
         """Train every client of the group from the global state and the payload of round round_idx;
         return the partial sum of the trained weights weighted by the rule's `client_weight`, its total
-        weight, and per client its prototypes, loss and persistent state (`client_state()`, on the CPU: None
-        for stateless methods, so only methods with a state send one)."""
+        weight, and per client its prototypes, loss and persistent state (`persistent_state`, on the CPU: None
+        for stateless methods that average weights, so only methods with a state send one). Under a rule
+        that averages no weights each client trains its own model and keeps it here; the sum is then None."""
         if self.states_round != round_idx - 1:  # a restarted process: it must not train from initial states
             raise StaleClientStates(f"this client group holds client states after round {self.states_round}, "
                                     f"round {round_idx} needs those after round {round_idx - 1}")
         cfg = self.cfg
-        client_weight = METHODS[cfg.method].server.client_weight
+        rule = METHODS[cfg.method].server
         weight_sum, total, protos, losses, states = None, 0, {}, {}, {}
         start = time.perf_counter()
         for members in self.subgroups():
+            module = self.module_for(members[0])
             gens = [client_generator(cfg.seed, round_idx, c["id"]) for c in members]
             data = [self.data[c["id"]] for c in members]
             try:
                 if len(members) == 1:
                     self.start_client(members[0], global_state, payload, round_idx)
-                    member_losses = [fit_local(self.module, *data[0], cfg.local_epochs, cfg.batch_size, gens[0],
+                    member_losses = [fit_local(module, *data[0], cfg.local_epochs, cfg.batch_size, gens[0],
                                                cfg.drop_last)]
                     load = lambda i: None  # noqa: E731  (the module holds the one client)
                 else:
                     member_losses, load = fit_fused(
-                        self.module, lambda i: self.start_client(members[i], global_state, payload, round_idx),
+                        module, lambda i: self.start_client(members[i], global_state, payload, round_idx),
                         data, cfg.local_epochs, cfg.batch_size, gens, cfg.drop_last)
             except NonFiniteLoss as e:
                 c = members[e.index if isinstance(e, FusedNonFiniteLoss) else 0]
@@ -160,21 +225,55 @@ class ClientGroup:
             for i, c in enumerate(members):
                 load(i)
                 cid, n = c["id"], len(data[i][1])
-                weights = self.module.net.state_dict()
+                weights = module.net.state_dict()
                 if not bool(torch.stack([torch.isfinite(v).all() for v in weights.values() if v.is_floating_point()]).all()):
                     raise NonFiniteLoss(self.non_finite("weights", round_idx, c))
                 losses[cid] = member_losses[i]
-                self.client_states[cid] = self.module.client_state()
-                states[cid] = to_cpu(self.client_states[cid])
-                w = client_weight(cfg.hparams, n)
-                weight_sum = accumulate(weight_sum, weights, w)
-                total += w
-                protos[cid] = self.module.local_prototypes()
+                self.client_states[cid] = module.client_state()
+                if rule.averages_weights:
+                    w = rule.client_weight(cfg.hparams, n)
+                    weight_sum = accumulate(weight_sum, weights, w)
+                    total += w
+                else:
+                    self.own_models[cid] = {k: v.detach().clone() for k, v in weights.items()}
+                states[cid] = self.persistent_state(cid)
+                protos[cid] = module.local_prototypes()
         self.states_round = round_idx
-        return {"sum": {k: v.cpu() for k, v in weight_sum.items()}, "weight": total, "protos": protos, "losses": losses,
-                "states": states, "train_s": time.perf_counter() - start}
+        return {"sum": None if weight_sum is None else {k: v.cpu() for k, v in weight_sum.items()}, "weight": total,
+                "protos": protos, "losses": losses, "states": states, "train_s": time.perf_counter() - start}
 
     def non_finite(self, what: str, round_idx: int, c: dict) -> str:
         return (f"non-finite {what} in round {round_idx}, client {c['id']} ({c['domain']}), method {self.cfg.method}; "
                 "its weights were discarded, nothing of the round was averaged and the run stopped. Lower the "
                 "learning rate or raise tau.")
+
+    def own_model_states(self) -> dict[int, State]:
+        """Every client's own model (on the CPU), under a rule that averages no weights."""
+        return {cid: {k: v.cpu() for k, v in state.items()} for cid, state in self.own_models.items()}
+
+    @torch.no_grad()
+    def evaluate(self, global_state: State | None, payload: RoundPayload | None, batch_size: int = 1000) -> dict:
+        """Every client with its own test samples, tested with the model it ends the round with (its own, or the
+        global one), in eval mode: per client its number of test samples and of correct predictions by the
+        classifier's argmax, and, when the payload holds global prototypes, by the nearest global prototype
+        (L2) among the client's own classes."""
+        protos = getattr(payload, "global_protos", None)
+        out = {}
+        for c in self.clients:
+            if c["id"] not in self.test_data:
+                continue
+            x, y, classes = self.test_data[c["id"]]
+            module = self.module_for(c)
+            module.net.load_state_dict(self.start_weights(c, global_state))
+            module.eval()
+            cls = proto = 0
+            for i in range(0, len(y), batch_size):
+                with precision_context(self.cfg.precision, self.device):
+                    logits, z = module.net(module.transform.eval(x[i:i + batch_size]))
+                yb = y[i:i + batch_size]
+                cls += int((logits.argmax(1) == yb).sum())
+                if protos is not None:
+                    pred = nearest_prototype(z.float(), protos.to(z.device), torch.as_tensor(classes, device=z.device))
+                    proto += int((pred == yb).sum())
+            out[c["id"]] = {"n": len(y), "classifier": cls, **({"prototype": proto} if protos is not None else {})}
+        return out

@@ -1,6 +1,11 @@
 """The driver: runs the rounds. Broadcast, local training in the client groups,
 aggregation, prototype clustering, evaluation of the global model on every domain.
 
+Under a rule that averages no weights (FedProto as published, Local) the driver holds no
+global model: only the payload travels. Protocols with per-client test sets (FedProto's
+n-way k-shot split) are evaluated in the client groups, each client with the model it ends
+the round with; the accuracy is the mean over clients of their accuracies.
+
 `Driver` is a plain class: the Ray executor runs it as an actor and holds the
 client groups in Ray actors; the local executor runs both in this process. The
 round code is the same.
@@ -21,6 +26,21 @@ from benchmark.server import weighted_mean
 from lightning_modules.base import precision_context
 from lightning_modules.resnet import build_model
 from ray_jobs.clients import ClientGroup, StaleClientStates, resolve_device
+
+
+def client_accuracies(per_client: dict[int, dict]) -> dict[str, dict[str, float]]:
+    """Per client (id as a string), the accuracy (percent) of each inference rule from its counts."""
+    return {str(c): {rule: 100.0 * v / r["n"] for rule, v in r.items() if rule != "n"} for c, r in sorted(per_client.items())}
+
+
+def client_mean_accuracy(per_client: dict[int, dict]) -> dict[str, float]:
+    """The mean over clients of their accuracies (not the accuracy of all test samples pooled), per inference
+    rule (`classifier`; `prototype` when there are global prototypes); AVG is the prototype rule's when there is
+    one (FedProto's inference), else the classifier's."""
+    per = client_accuracies(per_client)
+    rules = [rule for rule in ("classifier", "prototype") if all(rule in a for a in per.values())]
+    acc = {rule: float(np.mean([a[rule] for a in per.values()])) for rule in rules}
+    return {**acc, "AVG": acc.get("prototype", acc["classifier"])}
 
 
 def assign_groups(clients: list[dict], num_groups: int) -> list[list[dict]]:
@@ -140,18 +160,20 @@ class Driver:
         spec = cfg.dataset_spec
         torch.manual_seed(cfg.seed)  # one initialisation for every client
         model = build_model(spec.model, spec.num_classes)
-        self.global_state = {k: v.clone() for k, v in model.state_dict().items()}
-        self.model = model.to(self.device)
         self.rule = METHODS[cfg.method].server(
             cfg.hparams, num_classes=spec.num_classes, feature_dim=model.feature_dim, rounds=cfg.rounds,
             param_keys=[k for k, _ in model.named_parameters()],
         )
+        # None: no global model (a rule that averages no weights; each client keeps its own in its group)
+        self.global_state = {k: v.clone() for k, v in model.state_dict().items()} if self.rule.averages_weights else None
+        self.model = model.to(self.device)
         self.payload = None  # round 0: no prototypes yet
+        self.client_test_sizes = {c["id"]: len(c["test_indices"]) for c in clients if "test_indices" in c}
         self.test_sets = {}
-        for d in cfg.domains:
+        for d in ([] if self.client_test_sizes else cfg.domains):
             dom = load_domain(Path(data_root), cfg.dataset, d, need_train=False, per_class=spec.per_class)
             keep = eval_subset(len(dom.test_y), cfg.eval_max)
-            self.test_sets[d] = (to_tensor_images(dom.test_x[keep], spec.image_size).to(self.device),
+            self.test_sets[d] = (to_tensor_images(dom.test_x[keep], spec.image_size, spec.channels).to(self.device),
                                  torch.from_numpy(dom.test_y[keep]).to(self.device))
         mean_size = float(np.mean([c["num_samples"] for c in clients]))  # data_share: n_k / mean n (FedDyn's alpha_k)
         clients = [{**c, "data_share": c["num_samples"] / mean_size} for c in clients]
@@ -174,9 +196,11 @@ class Driver:
         ex.states_round = ck["states_round"]
         ex.map("set_client_states", ex.put(ex.client_states), ex.states_round)  # one copy for every actor
 
-    def final_state(self) -> dict[str, torch.Tensor]:
+    def final_state(self) -> dict[str, torch.Tensor] | None:
         """The model to keep in the run folder, the one evaluated (`evaluated_state`): floating tensors in
-        float16 (half the size), on the CPU."""
+        float16 (half the size), on the CPU. None when there is no global model."""
+        if self.global_state is None:
+            return None
         state = self.rule.evaluated_state(self.global_state)
         return {k: (v.half() if v.is_floating_point() else v).cpu() for k, v in state.items()}
 
@@ -186,6 +210,8 @@ class Driver:
                 "actors": self.executor.map("describe")}
 
     def test_sizes(self) -> dict[str, int]:
+        if self.client_test_sizes:
+            return {f"client{c}": n for c, n in sorted(self.client_test_sizes.items())}
         return {d: len(y) for d, (_, y) in self.test_sets.items()}
 
     def run_round(self, r: int) -> dict:
@@ -195,25 +221,30 @@ class Driver:
         results = self.executor.map("train", state_ref, payload_ref, r)
         t1 = time.perf_counter()
 
-        mean64 = weighted_mean([res["sum"] for res in results], [res["weight"] for res in results])
-        self.global_state = self.rule.aggregate(self.global_state, mean64, r)
+        if self.rule.averages_weights:
+            mean64 = weighted_mean([res["sum"] for res in results], [res["weight"] for res in results])
+            self.global_state = self.rule.aggregate(self.global_state, mean64, r)
         t2 = time.perf_counter()
 
         protos = {cid: p for res in results for cid, p in res["protos"].items()}
         self.payload = self.rule.payload(protos, r)
         t3 = time.perf_counter()
 
-        acc = self.evaluate()
-        t4 = time.perf_counter()
-        losses = {cid: l for res in results for cid, l in res["losses"].items()}
+        # the clients' states after this round before the evaluation: a client group restarted during it gets
+        # its clients' own models of this round back
         self.executor.client_states.update({cid: st for res in results for cid, st in res["states"].items()})
         self.executor.states_round = r
+        per_client = self.evaluate_clients() if self.client_test_sizes else None
+        acc = self.evaluate() if per_client is None else client_mean_accuracy(per_client)
+        t4 = time.perf_counter()
+        losses = {cid: l for res in results for cid, l in res["losses"].items()}
         train_s = max(res["train_s"] for res in results)
         notes, self.executor.notes[:] = list(self.executor.notes), []
         return {
             "notes": notes,  # printed by the entry point, not recorded in metrics.jsonl
             "round": r,
             "accuracy": acc,
+            **({} if per_client is None else {"client_accuracy": client_accuracies(per_client)}),
             "train_loss": float(np.mean([losses[c] for c in sorted(losses)])),
             "client_loss": {str(c): losses[c] for c in sorted(losses)},
             "time_s": {
@@ -225,6 +256,13 @@ class Driver:
                 "round": t4 - t0,
             },
         }
+
+    def evaluate_clients(self) -> dict[int, dict]:
+        """Each client on its own test samples, in its group (`ClientGroup.evaluate`), with the model it ends
+        the round with: its own under a rule that averages no weights, else the evaluated global model."""
+        state = None if self.global_state is None else self.rule.evaluated_state(self.global_state)
+        results = self.executor.map("evaluate", self.executor.put(state), self.executor.put(self.payload))
+        return {cid: res for part in results for cid, res in part.items()}
 
     @torch.no_grad()
     def evaluate(self, batch_size: int = 1000) -> dict[str, float]:

@@ -184,6 +184,14 @@ def init_ray(cfg: RunConfig):
     return ray
 
 
+def plan_run_clients(cfg: RunConfig, root: Path | None = None) -> list[dict]:
+    """Every client of the run (id, domain, training indices, sample count; under an n-way k-shot split also
+    its classes and test indices), as the dataset's protocol partitions it."""
+    spec = cfg.dataset_spec
+    return plan_clients(root or resolve_data_root(cfg.data_root), cfg.dataset, cfg.clients_per_domain, spec.client_pct,
+                        cfg.seed, cfg.client_fraction, spec.per_class, cfg.ways)
+
+
 def run(cfg: RunConfig, quiet: bool = False, resume: bool = False,
         resume_hint: str = "run the same command again with --resume") -> dict:
     """Run one experiment end to end; returns summary.json's content.
@@ -194,9 +202,7 @@ def run(cfg: RunConfig, quiet: bool = False, resume: bool = False,
     check_device(cfg)
     root = resolve_data_root(cfg.data_root)
     checksums = check_domains_present(root, cfg.dataset, cfg.domains)
-    spec = cfg.dataset_spec
-    clients = plan_clients(root, cfg.dataset, cfg.clients_per_domain, spec.client_pct, cfg.seed, cfg.client_fraction,
-                           spec.per_class)
+    clients = plan_run_clients(cfg, root)
     short = [c for c in clients if cfg.drop_last and c["num_samples"] < cfg.batch_size]
     if short:
         raise ConfigError(f"client {short[0]['id']} ({short[0]['domain']}) has {short[0]['num_samples']} samples, no full "
@@ -224,7 +230,7 @@ def run(cfg: RunConfig, quiet: bool = False, resume: bool = False,
         driver = Driver(cfg, clients, str(root))
         call = lambda name, *a: getattr(driver, name)(*a)  # noqa: E731
 
-    public_clients = [{k: c[k] for k in ("id", "domain", "num_samples")} for c in clients]
+    public_clients = [{k: c[k] for k in ("id", "domain", "num_samples", "classes") if k in c} for c in clients]
     progress = recorder = None
     try:
         record_cfg["provenance"] = run_provenance(checksums, call("describe"))
@@ -245,7 +251,9 @@ def run(cfg: RunConfig, quiet: bool = False, resume: bool = False,
                                           "metrics": recorder.rounds})
             if progress:
                 progress.update(rec)
-        recorder.save_model(call("final_state"))
+        final = call("final_state")
+        if final is not None:  # None: no global model (each client kept its own)
+            recorder.save_model(final)
     except Exception as e:  # the run stops; the folder keeps what it has, without summary.json
         msg = str(getattr(e, "cause", None) or e).strip().splitlines()[-1] if str(e) else repr(e)
         done = checkpoint.listing(ckpt_dir)

@@ -1,6 +1,7 @@
 """`make table1|table2|table3|...`: a paper table's sweep through Ray, resumable, then a report beside the paper.
 
     python -m ray_jobs.sweep --table 2 [--profile full|smoke] [--domains mnist,usps,syn]
+    python -m ray_jobs.sweep --table fedproto [--profile full|smoke]   # FedProto's Table 1, its own report
 
 The tables (their runs as method x preset, the paper's numbers, the metric, the seeds)
 are data in `benchmark.tables`.
@@ -31,6 +32,7 @@ from benchmark.figures import RUNS_LINE, table_figures
 from benchmark.provenance import commit_label, hardware_label
 from benchmark.results import atomic_write, is_complete, protocol, read_summary, wandb_mode
 from benchmark.tables import METRICS, PROFILES, TABLES
+from ray_jobs import table_fedproto
 from ray_jobs.progress import SweepProgress
 from ray_jobs.run import OneLineParser, RunError, init_ray, run
 
@@ -244,17 +246,21 @@ def main(argv: list[str] | None = None) -> int:
                     help="32-true (as the references) or bf16-mixed; part of each run's protocol (a run at another precision is run again)")
     args = ap.parse_args(argv)
     results_dir = Path(args.results_dir or ("results" if args.profile == "full" else "results/smoke"))
+    extra = {"executor": args.executor, "engine": args.engine, "precision": args.precision}
+    name = f"table{args.table}"
     try:
         runs = plan(args.table, args.profile, args.domains.split(",") if args.domains else None, results_dir,
-                    args.data_root, {"executor": args.executor, "engine": args.engine, "precision": args.precision})
+                    args.data_root, extra)
         execute(runs, args.parallel)
-        df = report(args.table, args.profile, runs, results_dir)
+        if args.table == "fedproto":  # per n and inference rule, beside the paper's Table 1 (ray_jobs.table_fedproto)
+            df = table_fedproto.report(args.profile, runs, results_dir)
+        else:
+            df = report(args.table, args.profile, runs, results_dir)
     except (ConfigError, DataError, RunError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    print((results_dir / f"table{args.table}.md").read_text())
-    print(f"report: {results_dir / f'table{args.table}.md'} and .csv ({len(df)} cells); "
-          f"figures: {results_dir / 'figures' / f'table{args.table}'}/")
+    print((results_dir / f"{name}.md").read_text())
+    print(f"report: {results_dir / f'{name}.md'} and .csv ({len(df)} cells); figures: {results_dir / 'figures' / name}/")
     return 0
 
 

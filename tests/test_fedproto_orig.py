@@ -1,0 +1,224 @@
+"""FedProto as published (AAAI 2022, PROTOCOL.md section 4): the n-way k-shot split, the MNIST CNN and
+FedProto-mh's widths, prototype-only aggregation (no weights travel, each client keeps its own model),
+both inference rules, and the mean over clients of their accuracies."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from benchmark.config import RunConfig
+from benchmark.fewshot import nway_kshot_split
+from benchmark.methods import METHODS
+from benchmark.prototypes import nearest_prototype
+from benchmark.server import LocalModelsRule
+from lightning_modules.cnn import CNNMnist
+from lightning_modules.fedavg import FedAvgClient
+from lightning_modules.fedproto import FedProtoClient, FedProtoRound
+from lightning_modules.fedproto_orig import FedProtoOrigServer, fedproto_mh_model
+from lightning_modules.local import LocalServer
+from lightning_modules.base import own_initialisation
+from ray_jobs.clients import ClientGroup
+from ray_jobs.driver import Driver, client_mean_accuracy
+from ray_jobs.run import plan_run_clients as planned_clients
+
+NAN = float("nan")
+
+
+@pytest.fixture(scope="module")
+def mnist_labels(data_root):
+    with np.load(data_root / "digits/mnist_train.npz") as tr, np.load(data_root / "digits/mnist_test.npz") as te:
+        return tr["y"].astype(np.int64), te["y"].astype(np.int64)
+
+
+# --------------------------------------------------------------------- the split
+@pytest.mark.parametrize("ways", [3, 4, 5])
+def test_nway_kshot_split(mnist_labels, ways):
+    train_y, test_y = mnist_labels
+    split = nway_kshot_split(train_y, test_y, 20, ways, seed=7)
+    assert len(split) == 20
+    n_seen, k_seen = set(), set()
+    for c in split:
+        classes = c["classes"]
+        assert classes == sorted(set(classes))
+        n_seen.add(len(classes))
+        # n ~ randint(max(2, ways - 2), min(10, ways + 3)): upper bound exclusive
+        assert max(2, ways - 2) <= len(classes) <= min(9, ways + 2)
+        per_class = np.bincount(train_y[c["indices"]], minlength=10)
+        assert set(np.flatnonzero(per_class)) == set(classes)
+        (k,) = set(per_class[classes])  # the same k for every class of the client
+        k_seen.add(int(k))
+        assert k in (99, 100)  # randint(100 - 2 + 1, 100 + 2 - 1)
+        test_counts = np.bincount(test_y[c["test_indices"]], minlength=10)
+        assert set(np.flatnonzero(test_counts)) == set(classes)  # test samples only of its own classes
+        assert all(test_counts[classes] == 40)
+    assert len(n_seen) > 1 and len(k_seen) == 2  # n and k vary across clients
+    for part in ("indices", "test_indices"):
+        all_idx = np.concatenate([c[part] for c in split])
+        assert len(np.unique(all_idx)) == len(all_idx)  # no sample on two clients
+    assert nway_kshot_split(train_y, test_y, 20, ways, seed=7) == split  # same seed, same split
+    assert nway_kshot_split(train_y, test_y, 20, ways, seed=8) != split
+
+
+def test_split_refuses_too_many_clients_for_a_class(mnist_labels):
+    train_y, test_y = mnist_labels
+    with pytest.raises(ValueError, match="too few for"):
+        nway_kshot_split(train_y, test_y, 200, 9, seed=0)
+
+
+# --------------------------------------------------------------------- models
+def test_cnn_shapes_and_mh_widths():
+    assert [fedproto_mh_model(i)["conv2_channels"] for i in (0, 6, 7, 13, 14, 19)] == [18, 18, 20, 20, 22, 22]
+    for width in (18, 20, 22):
+        net = CNNMnist(10, conv2_channels=width)
+        assert net.conv2.weight.shape == (width, 10, 5, 5) and net.fc1.weight.shape == (50, 16 * width)
+        logits, z = net.eval()(torch.rand(3, 1, 28, 28))
+        assert logits.shape == (3, 10) and z.shape == (3, 50) and bool((z >= 0).all())  # prototype after ReLU(fc1)
+    # conv1 260 + conv2 5020 + fc1 16050 + fc2 510: the paper's "21,500" (x 20 clients: FedAvg's 430k per round)
+    assert sum(p.numel() for p in CNNMnist(10).parameters()) == 21840
+
+
+# --------------------------------------------------------------------- server and inference
+def test_registry():
+    for name in ("fedproto_orig", "fedproto_mh"):
+        m = METHODS[name]
+        assert m.client is FedProtoClient and m.server is FedProtoOrigServer
+        assert m.defaults == {"mu": 1.0, "double_forward": False}
+    assert METHODS["fedproto_mh"].client_model is fedproto_mh_model and METHODS["fedproto_orig"].client_model is None
+    assert METHODS["local"].client is FedAvgClient and METHODS["local"].server is LocalServer
+    assert not FedProtoOrigServer.averages_weights and not LocalServer.averages_weights
+    assert METHODS["fedavg"].server.averages_weights and METHODS["fedproto"].server.averages_weights
+
+
+def test_server_averages_prototypes_of_the_holders_and_no_weights():
+    rule = FedProtoOrigServer(METHODS["fedproto_orig"].defaults, 4, 2, 5, [])
+    protos = {
+        0: {0: torch.tensor([1.0, 1.0]), 1: torch.tensor([2.0, 0.0])},
+        1: {1: torch.tensor([4.0, 2.0])},
+        2: {0: torch.tensor([3.0, 5.0]), 1: torch.tensor([0.0, 4.0]), 3: torch.tensor([9.0, 9.0])},
+    }
+    g = rule.payload(protos, 0).global_protos
+    expected = torch.tensor([[2.0, 3.0], [2.0, 2.0], [NAN, NAN], [9.0, 9.0]])  # class 1: (2+4+0)/3, (0+2+4)/3
+    torch.testing.assert_close(g, expected, equal_nan=True)
+    assert isinstance(rule, LocalModelsRule)
+    with pytest.raises(TypeError, match="averages no weights"):
+        rule.aggregate({}, {}, 0)
+    assert LocalServer({}, 4, 2, 5, []).payload(protos, 0) is None
+
+
+def test_nearest_prototype_among_own_classes():
+    protos = torch.tensor([[0.0, 0.0], [4.0, 0.0], [NAN, NAN], [0.0, 4.0]])
+    z = torch.tensor([[1.0, 0.0], [3.0, 0.0], [0.0, 3.5], [1.0, 3.0]])
+    own = torch.tensor([0, 1, 2])  # class 3 is not the client's; class 2 has no global prototype
+    # sample 3: nearest overall is class 3 (dist 1), among its own classes class 0 (3.5) before class 1 (5.3)
+    assert nearest_prototype(z, protos, own).tolist() == [0, 1, 0, 0]
+    assert nearest_prototype(z, protos, torch.tensor([0, 1, 2, 3])).tolist() == [0, 1, 3, 3]
+    assert nearest_prototype(z, protos, torch.tensor([2])).tolist() == [-1] * 4  # no class with a prototype
+
+
+def test_classifier_rule_and_prototype_rule_on_a_constructed_model():
+    """Both rules through a FedProtoClient's net: the classifier's argmax and the nearest own-class prototype."""
+    net = CNNMnist(3)
+    with torch.no_grad():
+        for p in net.parameters():
+            p.zero_()
+        net.fc1.bias.copy_(torch.arange(50.0))  # every image's feature is 0, 1, ..., 49
+        net.classifier.bias.copy_(torch.tensor([0.0, 2.0, 1.0]))
+    logits, z = net.eval()(torch.rand(2, 1, 28, 28))
+    assert logits.argmax(1).tolist() == [1, 1]
+    protos = torch.stack([torch.arange(50.0) + 1, torch.arange(50.0) - 3, torch.arange(50.0) + 0.5])
+    assert nearest_prototype(z, protos, torch.tensor([0, 1, 2])).tolist() == [2, 2]
+    assert nearest_prototype(z, protos, torch.tensor([0, 1])).tolist() == [0, 0]
+
+
+def test_accuracy_is_the_mean_over_clients_not_pooled():
+    per_client = {0: {"n": 10, "classifier": 9, "prototype": 10}, 1: {"n": 40, "classifier": 20, "prototype": 30}}
+    acc = client_mean_accuracy(per_client)
+    # (90 + 50) / 2, not the pooled 29 / 50 = 58; (100 + 75) / 2, not 40 / 50 = 80
+    assert acc == {"classifier": 70.0, "prototype": 87.5, "AVG": 87.5}
+    no_protos = {c: {"n": r["n"], "classifier": r["classifier"]} for c, r in per_client.items()}
+    assert client_mean_accuracy(no_protos) == {"classifier": 70.0, "AVG": 70.0}
+
+
+def test_mse_term_is_the_reference_mse_with_own_features_for_classes_without_prototype():
+    """The official loss2: MSELoss(proto_new, z) with proto_new the global prototype of y where it exists, z itself
+    elsewhere (its term 0), averaged over batch x dimensions; times ld = mu = 1."""
+    module = FedProtoClient(CNNMnist(10), METHODS["fedproto_orig"].defaults)
+    g = torch.full((10, 50), NAN)
+    g[2], g[5] = torch.randn(50), torch.randn(50)
+    module.start_round(1, FedProtoRound(global_protos=g), module.net.state_dict())
+    z, y = torch.randn(6, 50), torch.tensor([2, 5, 7, 2, 0, 5])
+    target = z.clone()
+    for i, label in enumerate(y.tolist()):
+        if not torch.isnan(g[label]).any():
+            target[i] = g[label]
+    expected = torch.nn.functional.mse_loss(z, target)
+    torch.testing.assert_close(module.extra_loss(None, y, None, z), expected)
+
+
+# --------------------------------------------------------------------- clients keep their own models
+def fedproto_config(data_root, method="fedproto_mh", **kw) -> RunConfig:
+    return RunConfig.from_preset("fedproto-mnist-n3", method=method, **{
+        "rounds": 2, "client_fraction": 0.05, "data_root": str(data_root), "executor": "local", **kw})
+
+
+def conv2_widths(states: dict) -> dict[int, int]:
+    return {cid: s["net.conv2.weight"].shape[0] if "net.conv2.weight" in s else s["conv2.weight"].shape[0]
+            for cid, s in states.items()}
+
+
+def test_group_trains_each_client_from_its_own_model(data_root):
+    """In one group (sequential): round 0 starts every client from its own seeded initialisation of its own
+    architecture, round 1 from its own round-0 model (lr 0: the weights must stay exactly those); no sum."""
+    cfg = fedproto_config(data_root, lr=0.0)
+    clients = planned_clients(cfg)[:16:3]  # ids 0, 3, 6, 9, 12, 15: widths 18, 18, 18, 20, 20, 22
+    group = ClientGroup(cfg, clients, str(data_root))
+    assert {c["id"]: group.module_for(c).net.conv2.out_channels for c in clients} == {0: 18, 3: 18, 6: 18, 9: 20, 12: 20, 15: 22}
+    res = group.train(None, None, 0)
+    assert res["sum"] is None and res["weight"] == 0 and sorted(res["protos"]) == [c["id"] for c in clients]
+    for c in clients:
+        init = own_initialisation(CNNMnist, 10, cfg.seed, c["id"], **fedproto_mh_model(c["id"]))
+        for k, v in init.items():
+            torch.testing.assert_close(group.own_models[c["id"]][k], v, rtol=0, atol=0)
+    assert conv2_widths(group.own_model_states()) == {0: 18, 3: 18, 6: 18, 9: 20, 12: 20, 15: 22}
+    payload = METHODS[cfg.method].server(cfg.hparams, 10, 50, 2, []).payload(res["protos"], 0)
+    before = group.own_model_states()
+    group.train(None, payload, 1)
+    for cid, state in group.own_model_states().items():
+        for k, v in state.items():
+            torch.testing.assert_close(v, before[cid][k], rtol=0, atol=0)
+    # evaluation: every client on its own test samples (40 per class it holds), both rules
+    ev = group.evaluate(None, payload)
+    assert {cid: r["n"] for cid, r in ev.items()} == {c["id"]: 40 * len(c["classes"]) for c in clients}
+    assert all(0 <= r["classifier"] <= r["n"] and 0 <= r["prototype"] <= r["n"] for r in ev.values())
+
+
+def test_fused_subgroups_never_mix_architectures(data_root):
+    cfg = fedproto_config(data_root, engine="fused")
+    clients = planned_clients(cfg)
+    group = ClientGroup(cfg, clients, str(data_root))
+    subgroups = group.subgroups()
+    assert sorted(c["id"] for g in subgroups for c in g) == list(range(20))
+    for g in subgroups:
+        assert len({group.arch(c) for c in g}) == 1 and len({len(group.data[c["id"]][1]) for c in g}) == 1
+    assert any(len(g) > 1 for g in subgroups)  # some clients do train fused
+
+
+def test_heterogeneous_run_through_ray_keeps_own_models(ray_cluster, data_root):
+    """FedProto-mh for 2 rounds through Ray with 2 client actors: no global model, only prototypes; at the end
+    every client holds its own trained model of its own width, and every client was tested with it."""
+    cfg = fedproto_config(data_root, executor="ray", num_actors=2, cpus_per_actor=1)
+    clients = planned_clients(cfg)
+    driver = Driver(cfg, clients, str(data_root))
+    assert driver.global_state is None and driver.final_state() is None
+    records = [driver.run_round(r) for r in range(2)]
+    states = {cid: s for part in driver.executor.map("own_model_states") for cid, s in part.items()}
+    assert conv2_widths(states) == {c: fedproto_mh_model(c)["conv2_channels"] for c in range(20)}
+    for cid, state in states.items():  # trained: no longer its initialisation
+        init = own_initialisation(CNNMnist, 10, cfg.seed, cid, **fedproto_mh_model(cid))
+        assert any(not torch.equal(state[k], init[k]) for k in init)
+    assert driver.payload.global_protos.shape == (10, 50)
+    for rec in records:
+        assert set(rec["accuracy"]) == {"classifier", "prototype", "AVG"} and rec["accuracy"]["AVG"] == rec["accuracy"]["prototype"]
+        assert sorted(rec["client_accuracy"], key=int) == [str(c) for c in range(20)]
+        assert rec["accuracy"]["classifier"] == pytest.approx(np.mean([a["classifier"] for a in rec["client_accuracy"].values()]))

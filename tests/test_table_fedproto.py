@@ -1,0 +1,77 @@
+"""`make table-fedproto PROFILE=smoke EXECUTOR=local` end to end: 15 runs (5 methods x n = 3, 4, 5), the report
+beside FedProto's Table 1 with both inference rules and the parameters uploaded per round; resumable."""
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from benchmark import figures
+from benchmark.results import read_jsonl
+from ray_jobs.sweep import execute, main, plan
+
+METHODS = ["fedproto_orig", "fedproto_mh", "fedavg", "fedprox", "local"]
+ARGS = ["--table", "fedproto", "--profile", "smoke", "--executor", "local"]
+
+
+@pytest.fixture(scope="module")
+def smoke(data_root, tmp_path_factory):
+    out = tmp_path_factory.mktemp("table_fedproto")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("WANDB_MODE", "disabled")  # 15 runs: W&B's offline files are tested by the other sweeps
+        assert main([*ARGS, "--results-dir", str(out), "--data-root", str(data_root)]) == 0
+    return out
+
+
+def test_report_beside_the_paper(smoke):
+    md = (smoke / "tablefedproto.md").read_text()
+    assert md.splitlines()[0].startswith("# FedProto Table 1") and "SMOKE SETTINGS" in md.splitlines()[0]
+    df = pd.read_csv(smoke / "tablefedproto.csv")
+    rows = set(zip(df.method, df.rule, df.ways))
+    expected = {(m, r, n) for n in (3, 4, 5) for m in METHODS
+                for r in (("prototype", "classifier") if m.startswith("fedproto") else ("classifier",))}
+    assert rows == expected and len(df) == 21
+    cell = lambda m, r, n: df[(df.method == m) & (df.rule == r) & (df.ways == n)].iloc[0]  # noqa: E731
+    # the paper's Table 1 (PROTOCOL.md section 4); the classifier rows of FedProto have no paper value
+    assert cell("fedproto_orig", "prototype", 4)["paper"] == 96.80
+    assert cell("fedproto_mh", "prototype", 5)["paper"] == 96.22
+    assert cell("local", "classifier", 5)["paper"] == 92.92
+    assert np.isnan(cell("fedproto_orig", "classifier", 3)["paper"])
+    for m in METHODS:
+        for n in (3, 4, 5):
+            run = smoke / "runs" / f"{m}-mnist-{n}way-seed0"
+            summary = json.loads((run / "summary.json").read_text())
+            last = read_jsonl(run / "metrics.jsonl")[-1]
+            assert len(summary["clients"]) == 20 and len(last["client_accuracy"]) == 20
+            classes = sum(len(c["classes"]) for c in summary["clients"])
+            for rule in ("prototype", "classifier") if m.startswith("fedproto") else ("classifier",):
+                c = cell(m, rule, n)
+                per_client = [a[rule] for a in last["client_accuracy"].values()]
+                # ours: the final round's mean over clients (1 seed), and their spread
+                assert c["ours_mean"] == pytest.approx(summary["final"][rule], abs=1e-4)
+                assert c["ours_mean"] == pytest.approx(np.mean(per_client), abs=1e-4)
+                assert c["client_std"] == pytest.approx(np.std(per_client), abs=1e-4)
+                if not np.isnan(c["paper"]):
+                    assert c["diff"] == pytest.approx(c["ours_mean"] - c["paper"], abs=1e-3)
+                # uploads per round: 20 CNNs of 21,840 parameters, a 50-d prototype per class held, or nothing
+                assert c["params_per_round"] == {"fedavg": 20 * 21840, "fedprox": 20 * 21840, "local": 0}.get(m, 50 * classes)
+            assert summary["final"]["AVG"] == summary["final"]["prototype" if m.startswith("fedproto") else "classifier"]
+            assert (run / "model.pt").exists() == (m in ("fedavg", "fedprox"))  # no global model otherwise
+    for n in (3, 4, 5):
+        assert (smoke / "figures" / "tablefedproto" / f"curves_{n}way.png").exists()
+    assert "| fedproto_orig (classifier) |" in md and "| local |" in md
+
+
+def test_figures_are_redrawn_from_the_report(smoke):
+    png = smoke / "figures" / "tablefedproto" / "curves_3way.png"
+    png.unlink()
+    files = figures.regenerate([smoke])
+    assert png in files and png.exists()
+
+
+def test_rerun_runs_nothing(smoke, data_root):
+    runs = plan("fedproto", "smoke", None, smoke, str(data_root), {"executor": "local"})
+    assert len(runs) == 15 and {c.preset for c in runs} == {f"fedproto-mnist-n{n}" for n in (3, 4, 5)}
+    assert execute(runs, None) == []
