@@ -286,15 +286,17 @@ def table_figures(table: str, run_dirs, out_dir: Path, title: str = "") -> dict:
 
 def fedproto_figures(run_dirs, out_dir: Path, title: str = "") -> dict:
     """FedProto Table 1's figures in out_dir: the mean client accuracy over rounds (AVG, classifier, prototype
-    panels), one figure per split (n), curves_<split>.{png,svg}. Returns {"curves": {split: data}, "files": [paths]}."""
+    panels), one figure per split (n), curves_<split>.{png,svg}. Returns {"curves": the curve data of every
+    split, its split in the `dataset` column, "files": [paths]}."""
     splits = {Path(d): _config(d)["split"] for d in run_dirs}
-    curves, files = {}, []
+    curves, files = [], []
     for split in sorted(set(splits.values())):
         stem = Path(out_dir) / f"curves_{split}"
-        curves[split] = plot_curves([d for d, s in splits.items() if s == split], stem,
-                                    f"{title}, {split}: mean client accuracy over rounds (mean over seeds, band: ± std)")
+        data = plot_curves([d for d, s in splits.items() if s == split], stem,
+                           f"{title}, {split}: mean client accuracy over rounds (mean over seeds, band: ± std)")
+        curves.append(data.assign(dataset=split))
         files += [stem.with_name(f"{stem.name}.{f}") for f in FORMATS]
-    return {"curves": curves, "files": files}
+    return {"curves": pd.concat(curves, ignore_index=True), "files": files}
 
 
 def demo_figures(run_dirs, out_dir: Path) -> list[Path]:

@@ -253,7 +253,8 @@ def main(argv: list[str] | None = None) -> int:
                     args.data_root, extra)
         execute(runs, args.parallel)
         if args.table == "fedproto":  # per n and inference rule, beside the paper's Table 1 (ray_jobs.table_fedproto)
-            df = table_fedproto.report(args.profile, runs, results_dir)
+            df, figs = table_fedproto.report(args.profile, runs, results_dir)
+            log_wandb(args.table, args.profile, df, figs)
         else:
             df = report(args.table, args.profile, runs, results_dir)
     except (ConfigError, DataError, RunError) as e:

@@ -64,8 +64,9 @@ def label(method: str, rule: str) -> str:
     return method if rule == "prototype" or method not in FEDPROTO_METHODS else f"{method} (classifier)"
 
 
-def report(profile: str, runs: list[RunConfig], results_dir: Path) -> pd.DataFrame:
-    """results_dir/tablefedproto.md and .csv, and the accuracy curves (figures/tablefedproto/)."""
+def report(profile: str, runs: list[RunConfig], results_dir: Path) -> tuple[pd.DataFrame, dict]:
+    """results_dir/tablefedproto.md and .csv, and the accuracy curves (figures/tablefedproto/); returns the
+    report's rows and the figures (`figures.fedproto_figures`)."""
     df = collect(runs)
     agg = df.groupby(["method", "rule", "ways"], sort=False).agg(
         ours=("acc", "mean"), std=("acc", "std"), seeds=("acc", "count"), client_std=("client_std", "mean"),
@@ -106,12 +107,12 @@ def report(profile: str, runs: list[RunConfig], results_dir: Path) -> pd.DataFra
         cells.append("⚠" if flag else "")
         lines.append("| " + " | ".join(cells) + " |")
     lines.append("")
-    table_figures("fedproto", [Path(c.out) for c in runs], results_dir / "figures" / "tablefedproto",
-                  f"{TABLES['fedproto'].title}, {profile} profile")
+    figs = table_figures("fedproto", [Path(c.out) for c in runs], results_dir / "figures" / "tablefedproto",
+                         f"{TABLES['fedproto'].title}, {profile} profile")
     lines += [f"![n = {w}: accuracy over rounds](figures/tablefedproto/curves_{w}way.png)" for w in WAYS] + [""]
     lines += [RUNS_LINE + ", ".join(sorted({c.run_name for c in runs})), ""]
     results_dir.mkdir(parents=True, exist_ok=True)
     atomic_write(results_dir / "tablefedproto.md", "\n".join(lines))
     out = pd.DataFrame(csv_rows)
     atomic_write(results_dir / "tablefedproto.csv", out.to_csv(index=False))
-    return out
+    return out, figs

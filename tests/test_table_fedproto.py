@@ -71,6 +71,24 @@ def test_figures_are_redrawn_from_the_report(smoke):
     assert png in files and png.exists()
 
 
+def test_report_run_in_wandb(smoke, data_root, tmp_path, monkeypatch):
+    """Run again with W&B offline: nothing trains, the report's W&B run holds the table, a chart per n of the
+    AVG per round per method, and the figures."""
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    monkeypatch.setenv("WANDB_DIR", str(tmp_path))
+    assert main([*ARGS, "--results-dir", str(smoke), "--data-root", str(data_root)]) == 0
+    media = next(tmp_path.rglob("offline-run-*/files/media"))
+    report = json.loads(next(media.glob("table/tablefedproto_*.table.json")).read_text())
+    assert len(report["data"]) == len(pd.read_csv(smoke / "tablefedproto.csv")) == 21
+    assert len(list(media.glob("images/figures/*.png"))) == 3
+    chart = json.loads(next(media.glob("table/avg_per_round/4way_table_*.table.json")).read_text())
+    rows = pd.DataFrame(chart["data"], columns=chart["columns"])
+    assert set(rows.lineKey) == set(METHODS)
+    for m in METHODS:
+        metrics = read_jsonl(smoke / "runs" / f"{m}-mnist-4way-seed0" / "metrics.jsonl")
+        assert rows[rows.lineKey == m].sort_values("step").lineVal.tolist() == pytest.approx([r["accuracy"]["AVG"] for r in metrics])
+
+
 def test_rerun_runs_nothing(smoke, data_root):
     runs = plan("fedproto", "smoke", None, smoke, str(data_root), {"executor": "local"})
     assert len(runs) == 15 and {c.preset for c in runs} == {f"fedproto-mnist-n{n}" for n in (3, 4, 5)}
