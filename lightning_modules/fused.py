@@ -109,7 +109,10 @@ def fit_fused(
             xb, yb = zip(*(augmented_batch(x, y, j, g, dtype, module.transform) for x, y, j, g in zip(xs, ys, idx, generators)))
             step = call("training_step")
             with precision_context(module.precision_mode, xs[0].device):
-                losses = vmap(lambda s, xb, yb: step(s, (xb, yb), i))(batched, torch.stack(xb), torch.stack(yb))
+                # randomness="different": a model with dropout (FedProto's CNN) draws each client's masks apart
+                # (from torch's global stream, not the clients' generators: other draws than the sequential loop's)
+                losses = vmap(lambda s, xb, yb: step(s, (xb, yb), i), randomness="different")(
+                    batched, torch.stack(xb), torch.stack(yb))
             optimizer.zero_grad(set_to_none=True)
             losses.sum().backward()
             optimizer.step()

@@ -208,6 +208,9 @@ class ClientGroup:
         for members in self.subgroups():
             module = self.module_for(members[0])
             gens = [client_generator(cfg.seed, round_idx, c["id"]) for c in members]
+            # torch's global stream (dropout, in FedProto's CNN) from (seed, round, first client): the same draws
+            # on any executor and after a resume
+            torch.manual_seed(int(torch.randint(2**62, (), generator=client_generator(cfg.seed, round_idx, members[0]["id"]))))
             data = [self.data[c["id"]] for c in members]
             try:
                 if len(members) == 1:

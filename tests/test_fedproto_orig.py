@@ -11,6 +11,7 @@ from benchmark.config import RunConfig
 from benchmark.fewshot import nway_kshot_split
 from benchmark.methods import METHODS
 from benchmark.prototypes import nearest_prototype
+from benchmark.results import read_jsonl
 from benchmark.server import LocalModelsRule
 from lightning_modules.cnn import CNNMnist
 from lightning_modules.fedavg import FedAvgClient
@@ -20,6 +21,7 @@ from lightning_modules.local import LocalServer
 from lightning_modules.base import own_initialisation
 from ray_jobs.clients import ClientGroup
 from ray_jobs.driver import Driver, client_mean_accuracy
+from ray_jobs.run import RunError, run
 from ray_jobs.run import plan_run_clients as planned_clients
 
 NAN = float("nan")
@@ -202,6 +204,9 @@ def test_fused_subgroups_never_mix_architectures(data_root):
     for g in subgroups:
         assert len({group.arch(c) for c in g}) == 1 and len({len(group.data[c["id"]][1]) for c in g}) == 1
     assert any(len(g) > 1 for g in subgroups)  # some clients do train fused
+    res = group.train(None, None, 0)  # the CNN's dropout under vmap: each client its own masks
+    assert res["sum"] is None and all(np.isfinite(v) for v in res["losses"].values())
+    assert conv2_widths(group.own_model_states()) == {c: fedproto_mh_model(c)["conv2_channels"] for c in range(20)}
 
 
 def test_heterogeneous_run_through_ray_keeps_own_models(ray_cluster, data_root):
@@ -222,3 +227,17 @@ def test_heterogeneous_run_through_ray_keeps_own_models(ray_cluster, data_root):
         assert set(rec["accuracy"]) == {"classifier", "prototype", "AVG"} and rec["accuracy"]["AVG"] == rec["accuracy"]["prototype"]
         assert sorted(rec["client_accuracy"], key=int) == [str(c) for c in range(20)]
         assert rec["accuracy"]["classifier"] == pytest.approx(np.mean([a["classifier"] for a in rec["client_accuracy"].values()]))
+
+
+def test_resumed_run_keeps_the_clients_own_models(data_root, tmp_path):
+    """The own models are the clients' persistent state: a run stopped after round 1 (a non-finite loss in
+    round 2) and resumed from its checkpoint ends with the metrics of the uninterrupted run."""
+    kw = dict(rounds=3, out=str(tmp_path / "ref"))
+    ref = run(fedproto_config(data_root, **kw), quiet=True)
+    out = tmp_path / "resumed"
+    with pytest.raises(RunError, match="non-finite loss in round 2, client 5"):
+        run(fedproto_config(data_root, rounds=3, out=str(out), test_faults={"nan_loss": [2, 5]}), quiet=True)
+    resumed = run(fedproto_config(data_root, rounds=3, out=str(out)), quiet=True, resume=True)
+    strip = lambda rows: [(r["round"], r["accuracy"], r["client_accuracy"], r["client_loss"]) for r in rows]  # noqa: E731
+    assert strip(read_jsonl(out / "metrics.jsonl")) == strip(read_jsonl(tmp_path / "ref" / "metrics.jsonl"))
+    assert resumed["final"] == ref["final"]

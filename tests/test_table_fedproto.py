@@ -3,6 +3,8 @@ beside FedProto's Table 1 with both inference rules and the parameters uploaded 
 from __future__ import annotations
 
 import json
+import os
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -71,13 +73,14 @@ def test_figures_are_redrawn_from_the_report(smoke):
     assert png in files and png.exists()
 
 
-def test_report_run_in_wandb(smoke, data_root, tmp_path, monkeypatch):
+def test_report_run_in_wandb(smoke, data_root, monkeypatch):
     """Run again with W&B offline: nothing trains, the report's W&B run holds the table, a chart per n of the
     AVG per round per method, and the figures."""
     monkeypatch.setenv("WANDB_MODE", "offline")
-    monkeypatch.setenv("WANDB_DIR", str(tmp_path))
     assert main([*ARGS, "--results-dir", str(smoke), "--data-root", str(data_root)]) == 0
-    media = next(tmp_path.rglob("offline-run-*/files/media"))
+    # under $WANDB_DIR (the session's: W&B keeps the directory of its first run in the process)
+    media = next(d for d in Path(os.environ["WANDB_DIR"]).rglob("offline-run-*/files/media")
+                 if list(d.glob("table/tablefedproto_*.table.json")))
     report = json.loads(next(media.glob("table/tablefedproto_*.table.json")).read_text())
     assert len(report["data"]) == len(pd.read_csv(smoke / "tablefedproto.csv")) == 21
     assert len(list(media.glob("images/figures/*.png"))) == 3
