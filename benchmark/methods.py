@@ -3,8 +3,8 @@
 
 Hyperparameter defaults are PROTOCOL.md's; each is overridable on the command line
 (`--hp name=value`), reaches the client module and the server rule as `hparams`, and is
-recorded in config.json. The FPL ablations of the paper are named variants of FPL (same
-client module and server rule, other switches). "dev. N" is README's deviation N.
+recorded in config.json. The FPL and FedPLVM ablations of the papers are named variants of
+the method (same client module and server rule, other switches). "dev. N" is README's deviation N.
 """
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ from typing import Callable
 from lightning_modules.fedavg import FedAvgClient, FedAvgServer
 from lightning_modules.feddyn import FedDynClient, FedDynServer
 from lightning_modules.fedopt import FedOptServer
+from lightning_modules.fedplvm import FedPLVMClient, FedPLVMServer
 from lightning_modules.fedproc import FedProcClient, FedProcServer
 from lightning_modules.fedprox import FedProxClient
 from lightning_modules.fedproto import FedProtoClient, FedProtoServer
@@ -192,5 +193,44 @@ fpl_variant("fpl_cpcl_only", "Table 1: CPCL only", upcr=False)
 fpl_variant("fpl_upcr_only", "Table 1 / Table 3 U: UPCR only", cpcl=False)
 fpl_variant("fpl_upcr_global", "Table 3 G: consistency to the global (mean) prototypes", cpcl=False, upcr_target="global")
 fpl_variant("fpl_cpcl_global", "Fig. 5: CPCL against global instead of cluster prototypes", upcr=False, cpcl_protos="global")
+
+
+
+def _check_fedplvm(hp):
+    _positive("alpha", "tau", "lambda")(hp)
+    if hp["alpha"] > 1:
+        raise HyperparameterError(f"alpha must be a number in (0, 1] (got {hp['alpha']!r}).")
+    _boolean("contrast", "correction")(hp)
+    _choices(local_protos=("cluster", "mean"), global_protos=("cluster", "mean", "all"),
+             correction_form=("code", "paper"))(hp)
+
+
+FEDPLVM_DEFAULTS = dict(
+    alpha=0.25,  # the sparsity power of the cosine, cos^alpha (cosine clamped at 1e-6 first: dev. 23)
+    tau=0.07,  # temperature of the alpha-sparsity contrast
+    # weight of contrast + correction (100 on Digit-5 and Office-10, 1 on DomainNet); "lambda" on the command line
+    **{"lambda": 100.0},
+    contrast=True,  # Table 5: the alpha-sparsity contrastive term on/off
+    correction=True,  # Table 5: the correction term on/off
+    correction_form="code",  # the code's 2 * mean (1 - cos(z, g_y))^2, or the paper's Eq. 8 (dev. 24)
+    local_protos="cluster",  # Table 3: a client's prototypes: FINCH clusters of its features, or the class "mean"
+    global_protos="cluster",  # Table 3/4: FINCH over the local ones, their "mean", or "all" sent (no global clustering)
+)
+
+
+def fedplvm_variant(name: str, description: str, **switches) -> Method:
+    """FedPLVM with some of its switches changed: the paper's ablations (Tables 3-5)."""
+    return register(Method(name=name, client=FedPLVMClient, server=FedPLVMServer,
+                           defaults={**FEDPLVM_DEFAULTS, **switches}, validate=_check_fedplvm, description=description))
+
+
+fedplvm_variant("fedplvm", "FedPLVM: dual-level clustering, alpha-sparsity contrast + correction")
+fedplvm_variant("fedplvm_avg_avg", "Table 3 avg/avg: class means locally, their mean globally",
+                local_protos="mean", global_protos="mean")
+fedplvm_variant("fedplvm_avg_cluster", "Table 3 avg/cluster: class means locally, FINCH globally", local_protos="mean")
+fedplvm_variant("fedplvm_no_global_clustering", "Table 4 w/o: every local clustered prototype sent", global_protos="all")
+fedplvm_variant("fedplvm_no_loss", "Table 5: neither contrast nor correction (CE only)", contrast=False, correction=False)
+fedplvm_variant("fedplvm_contrast_only", "Table 5: the alpha-sparsity contrast only", correction=False)
+fedplvm_variant("fedplvm_correction_only", "Table 5: the correction term only", contrast=False)
 
 TABLE2_METHODS = ["fedavg", "fedprox", "moon", "feddyn", "fedopt", "fedproc", "fedproto", "fpl"]

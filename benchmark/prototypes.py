@@ -1,4 +1,5 @@
-"""Server-side prototype construction: class means, FINCH cluster prototypes, unbiased prototypes."""
+"""Prototype construction: class means, FINCH cluster prototypes (of the clients' prototypes on the server,
+FPL and FedPLVM; of a client's own features, FedPLVM's local level), unbiased prototypes."""
 from __future__ import annotations
 
 import warnings
@@ -10,16 +11,17 @@ with warnings.catch_warnings():  # finch warns that pynndescent (only for >20k p
     warnings.simplefilter("ignore")
     from finch import FINCH
 
-ClientPrototypes = dict  # client id -> {class: 1-d tensor}
+ClientPrototypes = dict  # client id -> {class: d tensor (one prototype) or J x d (several, FedPLVM)}
 
 
 def by_class(client_protos: dict[int, dict[int, torch.Tensor]]) -> dict[int, torch.Tensor]:
-    """class -> stacked prototypes of the clients that hold it, in client-id order."""
+    """class -> the prototypes of the clients that hold it stacked (a client's J x d rows in a row), in
+    client-id order."""
     grouped: dict[int, list[torch.Tensor]] = {}
     for cid in sorted(client_protos):
         for k, v in client_protos[cid].items():
-            grouped.setdefault(int(k), []).append(v.float().cpu())
-    return {k: torch.stack(grouped[k]) for k in sorted(grouped)}
+            grouped.setdefault(int(k), []).append(v.float().cpu().reshape(-1, v.shape[-1]))
+    return {k: torch.cat(grouped[k]) for k in sorted(grouped)}
 
 
 def mean_prototypes(client_protos: dict, num_classes: int, dim: int) -> torch.Tensor:
@@ -41,10 +43,22 @@ def finch_clusters(points: torch.Tensor) -> np.ndarray:
     return np.asarray(c[:, -1], dtype=np.int64)
 
 
-def cluster_prototypes(client_protos: dict, num_classes: int, dim: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """FPL's server step.
+def cluster_means(points: torch.Tensor) -> torch.Tensor:
+    """FINCH (`finch_clusters`) over the rows of `points`; the mean of each cluster's members, one row per
+    cluster in the order of FINCH's cluster ids."""
+    assign = torch.from_numpy(finch_clusters(points.detach().float().cpu())).to(points.device)
+    return torch.stack([points[assign == i].mean(dim=0) for i in torch.unique(assign)])
 
-    Per class, FINCH over the client prototypes; a cluster prototype is the mean of
+
+def class_cluster_prototypes(features: torch.Tensor, labels: torch.Tensor) -> dict[int, torch.Tensor]:
+    """FedPLVM's local level: class -> `cluster_means` of that class's features (J x d), for the classes present."""
+    return {int(k): cluster_means(features[labels == k]) for k in torch.unique(labels)}
+
+
+def cluster_prototypes(client_protos: dict, num_classes: int, dim: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """FPL's server step, and FedPLVM's global level.
+
+    Per class, FINCH over the client prototypes (all rows of every client holding it); a cluster prototype is the mean of
     its members (a class held by one client keeps that prototype). The unbiased
     prototype of a class is the unweighted mean of its cluster prototypes.
     Returns (cluster prototypes M x dim, their classes M, unbiased num_classes x dim
@@ -53,11 +67,9 @@ def cluster_prototypes(client_protos: dict, num_classes: int, dim: int) -> tuple
     protos, labels = [], []
     unbiased = torch.full((num_classes, dim), float("nan"))
     for k, points in by_class(client_protos).items():
-        assign = torch.from_numpy(finch_clusters(points))
-        ids = torch.unique(assign)
-        centers = torch.stack([points[assign == i].mean(dim=0) for i in ids])
+        centers = cluster_means(points)
         protos.append(centers)
-        labels.append(torch.full((len(ids),), k, dtype=torch.long))
+        labels.append(torch.full((len(centers),), k, dtype=torch.long))
         unbiased[k] = centers.mean(dim=0)
     if not protos:
         return torch.zeros(0, dim), torch.zeros(0, dtype=torch.long), unbiased

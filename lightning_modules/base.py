@@ -153,8 +153,12 @@ class ClientModule(L.LightningModule):
     def configure_optimizers(self):
         return torch.optim.SGD(self.net.parameters(), lr=self.lr, momentum=self.momentum, weight_decay=self.weight_decay)
 
-    def local_prototypes(self) -> dict[int, torch.Tensor]:
-        """Class -> mean training-mode feature of that class over the last local epoch (CPU)."""
+    def local_prototypes(self, x: torch.Tensor | None = None, y: torch.Tensor | None = None) -> dict[int, torch.Tensor]:
+        """Class -> mean training-mode feature of that class over the last local epoch (CPU).
+
+        The client groups pass the client's resident training images and labels `x`, `y`: unused
+        here, for methods that compute their prototypes after training (FedPLVM's eval-mode pass).
+        """
         sums, counts = self._proto_sum.cpu(), self._proto_count.cpu()
         return {int(k): sums[k] / counts[k] for k in torch.nonzero(counts).flatten()}
 

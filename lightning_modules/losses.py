@@ -1,5 +1,6 @@
 """Pure, vectorised loss terms of the methods (no Python loop over samples): FPL's CPCL and UPCR
-(also FedProto's MSE), MOON's model-contrastive loss, FedProc's prototype InfoNCE."""
+(also FedProto's MSE), MOON's model-contrastive loss, FedProc's prototype InfoNCE, FedPLVM's
+alpha-sparsity contrastive term and its correction term."""
 from __future__ import annotations
 
 import torch
@@ -69,3 +70,62 @@ def prototype_infonce(z: torch.Tensor, y: torch.Tensor, global_protos: torch.Ten
     target_of_class[classes] = torch.arange(len(classes), device=z.device)
     per_sample = F.cross_entropy(logits, target_of_class[y], ignore_index=-100, reduction="none")
     return per_sample.sum() / len(y)
+
+
+COS_EPS = 1e-6  # FedPLVM: cosines are clamped here before the power alpha (d/ds s^alpha is infinite at 0; README dev.)
+
+
+def _alpha_similarity(features: torch.Tensor, prototypes: torch.Tensor, alpha: float) -> torch.Tensor:
+    """B x M: max(cos(z, p), COS_EPS) ** alpha."""
+    cos = F.normalize(features, dim=1) @ F.normalize(prototypes, dim=1).T
+    return cos.clamp_min(COS_EPS) ** alpha
+
+
+def alpha_sparsity_loss(
+    features: torch.Tensor,
+    labels: torch.Tensor,
+    prototypes: torch.Tensor,
+    prototype_labels: torch.Tensor,
+    alpha: float,
+    tau: float,
+) -> torch.Tensor:
+    """FedPLVM's alpha-sparsity contrastive term (Eq. 6, as coded), batch mean.
+
+    Per sample: -log( sum_{p of class y} exp(s_p / tau) / sum_p exp(s_p / tau) ) with
+    s_p = max(cos(z, p), COS_EPS) ** alpha, every global clustered prototype in the
+    denominator, all positives summed inside the log. A sample whose class has no
+    prototype contributes 0. Log-sum-exp form: the value of the plain exponentials, no overflow.
+    """
+    logits = _alpha_similarity(features, prototypes, alpha) / tau
+    positive = labels[:, None] == prototype_labels[None, :]
+    has_pos = positive.any(dim=1)
+    # a sample without a positive takes every prototype as "positive": log(1) = 0, gradient 0
+    pos = logits.masked_fill(~(positive | ~has_pos[:, None]), float("-inf"))
+    per_sample = logits.logsumexp(dim=1) - pos.logsumexp(dim=1)
+    return per_sample.mean()
+
+
+def correction_loss(features: torch.Tensor, labels: torch.Tensor, mean_prototypes: torch.Tensor) -> torch.Tensor:
+    """FedPLVM's correction term as coded: 2 * mean over the batch of (1 - cos(z, g_y))^2 (the code's
+    2 * MSE(cos, 1)), g_y = `mean_prototypes[y]`, the mean of class y's global clustered prototypes.
+    A NaN row marks a class without prototypes; its samples contribute 0."""
+    target = mean_prototypes[labels]
+    valid = ~torch.isnan(target).any(dim=1)
+    cos = F.cosine_similarity(features, torch.nan_to_num(target), dim=1)
+    return 2 * ((1 - cos) ** 2 * valid).mean()
+
+
+def paper_correction_loss(
+    features: torch.Tensor,
+    labels: torch.Tensor,
+    prototypes: torch.Tensor,
+    prototype_labels: torch.Tensor,
+    alpha: float,
+) -> torch.Tensor:
+    """FedPLVM's correction term as the paper writes it (Eq. 8), batch mean: per sample
+    | sum_{g of class y} s_alpha(z, g) - C_y |, C_y the number of class y's global clustered prototypes
+    (the sum pushed to C_y: the mean alpha-similarity to 1), s_alpha as in `alpha_sparsity_loss`.
+    A sample whose class has no prototype contributes 0."""
+    positive = (labels[:, None] == prototype_labels[None, :]).to(features.dtype)
+    s = _alpha_similarity(features, prototypes, alpha)
+    return ((s * positive).sum(dim=1) - positive.sum(dim=1)).abs().mean()

@@ -1,0 +1,103 @@
+"""FedPLVM: dual-level prototype clustering and the alpha-sparsity prototype loss.
+
+Pengyu Wang, Wenjie Ma, Zhenyu Zhang, Qingyu Liu, Wenbo Li, Wanlu Zhou, Yuhan Shi, Yang Liu.
+"Taming Cross-Domain Representation Variance in Federated Prototype Learning with
+Heterogeneous Data Domains." NeurIPS 2024.
+
+Client: CE + lambda * (alpha-sparsity contrast against every global clustered
+prototype + correction towards the class's averaged prototype g_y); round 0 has no
+prototypes and trains CE alone. After its local training a client runs its model in
+eval mode over its own training data and, per class, clusters the features with
+FINCH (local clustered prototypes, the members' means): `local_prototypes`. Server:
+FedAvg of the whole state_dict; per class, FINCH again over every uploaded local
+clustered prototype (global clustered prototypes), whose unweighted mean is g_y.
+
+The paper's ablations are hyperparameters and registry variants:
+`local_protos` cluster | mean and `global_protos` cluster | mean (Table 3),
+`global_protos` all: every local clustered prototype sent, no global clustering
+(Table 4), `contrast` / `correction` on or off (Table 5); `correction_form` code |
+paper picks the correction term (README deviations).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from benchmark.prototypes import by_class, class_cluster_prototypes, cluster_prototypes, mean_prototypes
+from benchmark.server import RoundPayload
+from benchmark.transforms import normalize
+from lightning_modules.base import ClientModule, precision_context
+from lightning_modules.fedavg import FedAvgServer
+from lightning_modules.losses import alpha_sparsity_loss, correction_loss, paper_correction_loss
+
+
+@dataclass(frozen=True)
+class FedPLVMRound(RoundPayload):
+    prototypes: torch.Tensor  # M x d: the global (clustered) prototypes every client receives
+    prototype_labels: torch.Tensor  # M: the class of each
+    mean_prototypes: torch.Tensor  # K x d: g_y, per class the unweighted mean of its prototypes; NaN row: no client holds it
+
+    @property
+    def num_prototypes(self) -> int:
+        """The prototypes each client receives this round (Table 4)."""
+        return len(self.prototype_labels)
+
+
+class FedPLVMClient(ClientModule):
+    payload: FedPLVMRound | None
+    eval_batch = 500  # samples per forward pass of the post-training feature pass
+
+    def extra_loss(self, x, y, logits, z):
+        p, hp = self.payload, self.hparams
+        if p is None or not (hp["contrast"] or hp["correction"]):  # round 0: no prototypes yet
+            return None
+        loss = torch.zeros((), dtype=z.dtype, device=z.device)
+        if hp["contrast"]:
+            loss = loss + alpha_sparsity_loss(z, y, p.prototypes, p.prototype_labels, hp["alpha"], hp["tau"])
+        if hp["correction"]:
+            if hp["correction_form"] == "code":
+                loss = loss + correction_loss(z, y, p.mean_prototypes)
+            else:
+                loss = loss + paper_correction_loss(z, y, p.prototypes, p.prototype_labels, hp["alpha"])
+        return hp["lambda"] * loss
+
+    @torch.no_grad()
+    def eval_features(self, x: torch.Tensor) -> torch.Tensor:
+        """The model's features of the resident uint8 images `x` in eval mode (eval transform), no augmentation."""
+        was_training = self.net.training
+        self.net.eval()
+        dtype = next(self.net.parameters()).dtype
+        out = []
+        for i in range(0, len(x), self.eval_batch):
+            with precision_context(self.precision_mode, x.device):
+                out.append(self.net.features(normalize(x[i:i + self.eval_batch]).to(dtype)).float())
+        self.net.train(was_training)
+        return torch.cat(out)
+
+    def local_prototypes(self, x=None, y=None) -> dict[int, torch.Tensor]:
+        """Class -> this client's local prototypes (J x d, CPU) from an eval-mode pass over its training data:
+        FINCH cluster means (`local_protos=cluster`) or the one class mean (`mean`, Table 3's avg)."""
+        z, y = self.eval_features(x).cpu(), y.cpu()
+        if self.hparams["local_protos"] == "mean":
+            return {int(k): z[y == k].mean(dim=0, keepdim=True) for k in torch.unique(y)}
+        return class_cluster_prototypes(z, y)
+
+
+class FedPLVMServer(FedAvgServer):
+    """FedAvg of the weights; the prototypes of the next round from the clients' local ones."""
+
+    def payload(self, client_protos, round_idx):
+        how = self.hparams["global_protos"]
+        if how == "cluster":  # FINCH per class over every client's local prototypes; g_y their mean
+            protos, labels, means = cluster_prototypes(client_protos, self.num_classes, self.feature_dim)
+            return FedPLVMRound(prototypes=protos, prototype_labels=labels, mean_prototypes=means)
+        means = mean_prototypes(client_protos, self.num_classes, self.feature_dim)  # per class over every row
+        if how == "mean":  # one prototype per class: the mean of the clients' local prototypes (Table 3, */avg)
+            classes = torch.nonzero(~torch.isnan(means).any(dim=1)).flatten()
+            return FedPLVMRound(prototypes=means[classes], prototype_labels=classes, mean_prototypes=means)
+        # "all": every local prototype sent as it is, no global clustering (Table 4, w/o)
+        grouped = by_class(client_protos)
+        protos = [torch.zeros(0, self.feature_dim), *grouped.values()]
+        labels = [torch.zeros(0, dtype=torch.long)] + [torch.full((len(v),), k) for k, v in grouped.items()]
+        return FedPLVMRound(prototypes=torch.cat(protos), prototype_labels=torch.cat(labels), mean_prototypes=means)
