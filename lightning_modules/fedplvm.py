@@ -10,7 +10,8 @@ prototypes and trains CE alone. After its local training a client runs its model
 eval mode over its own training data and, per class, clusters the features with
 FINCH (local clustered prototypes, the members' means): `local_prototypes`. Server:
 FedAvg of the whole state_dict; per class, FINCH again over every uploaded local
-clustered prototype (global clustered prototypes), whose unweighted mean is g_y.
+clustered prototype (global clustered prototypes), sent with their classes; each client
+takes g_y as the unweighted mean of class y's (the same in every ablation).
 
 The paper's ablations are hyperparameters and registry variants:
 `local_protos` cluster | mean and `global_protos` cluster | mean (Table 3),
@@ -36,7 +37,6 @@ from lightning_modules.losses import alpha_sparsity_loss, correction_loss, paper
 class FedPLVMRound(RoundPayload):
     prototypes: torch.Tensor  # M x d: the global (clustered) prototypes every client receives
     prototype_labels: torch.Tensor  # M: the class of each
-    mean_prototypes: torch.Tensor  # K x d: g_y, per class the unweighted mean of its prototypes; NaN row: no client holds it
 
     @property
     def num_prototypes(self) -> int:
@@ -44,9 +44,24 @@ class FedPLVMRound(RoundPayload):
         return len(self.prototype_labels)
 
 
+def class_means(prototypes: torch.Tensor, labels: torch.Tensor, num_classes: int) -> torch.Tensor:
+    """num_classes x d: per class the unweighted mean of its rows of `prototypes`; a NaN row for a class
+    without any (g_y: the mean of class y's global clustered prototypes)."""
+    sums = torch.zeros(num_classes, prototypes.shape[1], dtype=prototypes.dtype, device=prototypes.device)
+    sums.index_add_(0, labels, prototypes)
+    counts = torch.bincount(labels, minlength=num_classes).to(prototypes.dtype)
+    return sums / counts[:, None]  # 0 / 0: NaN
+
+
 class FedPLVMClient(ClientModule):
     payload: FedPLVMRound | None
+    mean_prototypes: torch.Tensor | None = None  # K x d: g_y of the round's prototypes (NaN row: a class without)
     eval_batch = 500  # samples per forward pass of the post-training feature pass
+
+    def start_round(self, round_idx, payload, global_state, client_state=None):
+        super().start_round(round_idx, payload, global_state, client_state)
+        p = self.payload  # g_y, the same for every client of the round (a plain attribute)
+        self.mean_prototypes = None if p is None else class_means(p.prototypes, p.prototype_labels, self.num_classes)
 
     def extra_loss(self, x, y, logits, z):
         p, hp = self.payload, self.hparams
@@ -57,7 +72,7 @@ class FedPLVMClient(ClientModule):
             loss = loss + alpha_sparsity_loss(z, y, p.prototypes, p.prototype_labels, hp["alpha"], hp["tau"])
         if hp["correction"]:
             if hp["correction_form"] == "code":
-                loss = loss + correction_loss(z, y, p.mean_prototypes)
+                loss = loss + correction_loss(z, y, self.mean_prototypes)
             else:
                 loss = loss + paper_correction_loss(z, y, p.prototypes, p.prototype_labels, hp["alpha"])
         return hp["lambda"] * loss
@@ -89,15 +104,15 @@ class FedPLVMServer(FedAvgServer):
 
     def payload(self, client_protos, round_idx):
         how = self.hparams["global_protos"]
-        if how == "cluster":  # FINCH per class over every client's local prototypes; g_y their mean
-            protos, labels, means = cluster_prototypes(client_protos, self.num_classes, self.feature_dim)
-            return FedPLVMRound(prototypes=protos, prototype_labels=labels, mean_prototypes=means)
-        means = mean_prototypes(client_protos, self.num_classes, self.feature_dim)  # per class over every row
+        if how == "cluster":  # FINCH per class over every client's local prototypes
+            protos, labels, _ = cluster_prototypes(client_protos, self.num_classes, self.feature_dim)
+            return FedPLVMRound(prototypes=protos, prototype_labels=labels)
         if how == "mean":  # one prototype per class: the mean of the clients' local prototypes (Table 3, */avg)
+            means = mean_prototypes(client_protos, self.num_classes, self.feature_dim)
             classes = torch.nonzero(~torch.isnan(means).any(dim=1)).flatten()
-            return FedPLVMRound(prototypes=means[classes], prototype_labels=classes, mean_prototypes=means)
+            return FedPLVMRound(prototypes=means[classes], prototype_labels=classes)
         # "all": every local prototype sent as it is, no global clustering (Table 4, w/o)
         grouped = by_class(client_protos)
         protos = [torch.zeros(0, self.feature_dim), *grouped.values()]
         labels = [torch.zeros(0, dtype=torch.long)] + [torch.full((len(v),), k) for k, v in grouped.items()]
-        return FedPLVMRound(prototypes=torch.cat(protos), prototype_labels=torch.cat(labels), mean_prototypes=means)
+        return FedPLVMRound(prototypes=torch.cat(protos), prototype_labels=torch.cat(labels))

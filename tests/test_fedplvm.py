@@ -15,7 +15,7 @@ from benchmark.config import RunConfig
 from benchmark.data import to_tensor_images
 from benchmark.methods import METHODS
 from benchmark.transforms import normalize
-from lightning_modules.fedplvm import FedPLVMClient, FedPLVMRound, FedPLVMServer
+from lightning_modules.fedplvm import FedPLVMClient, FedPLVMRound, FedPLVMServer, class_means
 from lightning_modules.losses import COS_EPS, alpha_sparsity_loss, correction_loss, paper_correction_loss
 from test_fpl import _rows_match  # the same rows in any order
 from tiny_net import TinyNet
@@ -180,21 +180,22 @@ def test_dual_level_clustering_on_a_constructed_example():
     assert pay.prototype_labels.tolist() == [0, 0, 1] and pay.num_prototypes == 3
     assert _rows_match(pay.prototypes[pay.prototype_labels == 0], g0)
     assert _rows_match(pay.prototypes[pay.prototype_labels == 1], g1)
-    torch.testing.assert_close(pay.mean_prototypes[0], (g0[0] + g0[1]) / 2)
-    torch.testing.assert_close(pay.mean_prototypes[1], g1[0])
-    assert torch.isnan(pay.mean_prototypes[2:]).all()
+    g = class_means(pay.prototypes, pay.prototype_labels, 4)  # g_y, as each client takes it
+    torch.testing.assert_close(g[0], (g0[0] + g0[1]) / 2)
+    torch.testing.assert_close(g[1], g1[0])
+    assert torch.isnan(g[2:]).all()
 
     # Table 4 w/o: every local prototype sent (4 of class 0, 2 of class 1), g_y their mean
     rule_all = FedPLVMServer(METHODS["fedplvm_no_global_clustering"].defaults, 4, DIM, 10, [])
     pay_all = rule_all.payload(uploads, 0)
     assert pay_all.prototype_labels.tolist() == [0, 0, 0, 0, 1, 1] and pay_all.num_prototypes == 6
     assert _rows_match(pay_all.prototypes[:4], e[0][0] + e[1][0])
-    torch.testing.assert_close(pay_all.mean_prototypes[0], sum(e[0][0] + e[1][0]) / 4)
+    torch.testing.assert_close(class_means(pay_all.prototypes, pay_all.prototype_labels, 4)[0], sum(e[0][0] + e[1][0]) / 4)
 
     # Table 3 */avg: one prototype per class, the mean of the clients' local ones
     pay_mean = FedPLVMServer(METHODS["fedplvm_avg_avg"].defaults, 4, DIM, 10, []).payload(uploads, 0)
     assert pay_mean.prototype_labels.tolist() == [0, 1]
-    torch.testing.assert_close(pay_mean.prototypes, pay_all.mean_prototypes[:2])
+    torch.testing.assert_close(pay_mean.prototypes, class_means(pay_all.prototypes, pay_all.prototype_labels, 4)[:2])
 
     # Table 3 avg/*: a client uploads one class mean per class
     module.hparams["local_protos"] = "mean"
@@ -233,7 +234,7 @@ def test_local_pass_is_eval_mode_over_the_training_images(data_root):
 @pytest.fixture(scope="module")
 def payload(case):
     _, _, protos, labels, means = case
-    return FedPLVMRound(prototypes=protos.float(), prototype_labels=labels, mean_prototypes=means.float())
+    return FedPLVMRound(prototypes=protos.float(), prototype_labels=labels)  # the clients' g_y: `means`
 
 
 @pytest.mark.parametrize("name,terms", [
