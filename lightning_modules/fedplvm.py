@@ -27,7 +27,6 @@ import torch
 
 from benchmark.prototypes import by_class, class_cluster_prototypes, cluster_prototypes, mean_prototypes
 from benchmark.server import RoundPayload
-from benchmark.transforms import normalize
 from lightning_modules.base import ClientModule, precision_context
 from lightning_modules.fedavg import FedAvgServer
 from lightning_modules.losses import alpha_sparsity_loss, correction_loss, paper_correction_loss
@@ -79,14 +78,14 @@ class FedPLVMClient(ClientModule):
 
     @torch.no_grad()
     def eval_features(self, x: torch.Tensor) -> torch.Tensor:
-        """The model's features of the resident uint8 images `x` in eval mode (eval transform), no augmentation."""
+        """The model's features of the resident uint8 images `x` in eval mode, through the protocol's eval transform."""
         was_training = self.net.training
         self.net.eval()
         dtype = next(self.net.parameters()).dtype
         out = []
         for i in range(0, len(x), self.eval_batch):
             with precision_context(self.precision_mode, x.device):
-                out.append(self.net.features(normalize(x[i:i + self.eval_batch]).to(dtype)).float())
+                out.append(self.net.features(self.transform.eval(x[i:i + self.eval_batch]).to(dtype)).to(dtype))
         self.net.train(was_training)
         return torch.cat(out)
 

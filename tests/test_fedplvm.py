@@ -14,7 +14,7 @@ import torch
 from benchmark.config import RunConfig
 from benchmark.data import to_tensor_images
 from benchmark.methods import METHODS
-from benchmark.transforms import normalize
+from benchmark.transforms import Transform
 from lightning_modules.fedplvm import FedPLVMClient, FedPLVMRound, FedPLVMServer, class_means
 from lightning_modules.losses import COS_EPS, alpha_sparsity_loss, correction_loss, paper_correction_loss
 from test_fpl import _rows_match  # the same rows in any order
@@ -215,13 +215,14 @@ def test_local_pass_is_eval_mode_over_the_training_images(data_root):
     module = FedPLVMClient(TinyNet(10), METHODS["fedplvm"].defaults)
     module.net.bn.running_mean.fill_(0.3)  # eval mode's statistics differ from the batch's
     module.eval_batch = 16  # several passes
+    module.transform = Transform(mean=(0.5,) * 3, std=(0.5,) * 3, augment=False)  # FedPLVM's Digit-5 transform
     module.train()
     got = module.eval_features(x)
     assert module.net.training
     module.net.eval()
     with torch.no_grad():
-        expected = module.net.features(normalize(x))
-        batch_stats = module.net.train().features(normalize(x))
+        expected = module.net.features((x.float() / 255 - 0.5) / 0.5)
+        batch_stats = module.net.train().features((x.float() / 255 - 0.5) / 0.5)
     torch.testing.assert_close(got, expected)
     assert not torch.allclose(got, batch_stats, atol=1e-3)
     protos = module.local_prototypes(x, y)
