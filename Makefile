@@ -10,7 +10,7 @@ ENGINE ?= auto
 PRECISION ?= 32-true
 export RAY_USAGE_STATS_ENABLED ?= 0
 
-TABLES := table1 table2 table3 table-fedproto
+TABLES := table1 table2 table3 table-fedproto table-fedplvm
 .PHONY: setup demo test bench data $(TABLES) figures clean
 
 $(STAMP): pyproject.toml
@@ -35,7 +35,8 @@ bench: $(STAMP)
 data: $(STAMP)
 	$(PY) -m benchmark.download --root data
 
-## a paper table (benchmark/tables.py): make table2 -> --table 2, make table-fedplvm -> --table fedplvm;
+## a paper table (benchmark/tables.py): make table2 -> --table 2, make table-fedplvm -> --table fedplvm (FedPLVM's
+## Tables 1-5: the group fedplvm12, fedplvm3, fedplvm4, fedplvm5);
 ## EXECUTOR=local: one process, one run after another, no Ray needed; ENGINE=sequential|fused|auto;
 ## PRECISION=32-true|bf16-mixed
 $(TABLES): $(STAMP)

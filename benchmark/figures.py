@@ -22,7 +22,7 @@ from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
 
 from benchmark import paper
-from benchmark.data import DataError, eval_subset, load_domain, resolve_data_root, to_tensor_images
+from benchmark.data import DATASETS, DataError, eval_subset, load_domain, resolve_data_root, to_tensor_images
 from benchmark.results import MODEL_FILE, read_jsonl
 
 FORMATS = ("png", "svg")
@@ -143,8 +143,9 @@ def bar_data(run_dirs, reference: dict | None, metric: str = "last5") -> pd.Data
     df = pd.DataFrame(rows)
     out = df.groupby(["dataset", "method", "domain"], sort=False).agg(
         ours=("acc", "mean"), std=("acc", "std"), seeds=("acc", "count"), domains=("domains", "first")).reset_index()
-    refs = [paper.reference(reference or {}, r.method, r.dataset, list(r.domains)) for r in out.itertuples()]
-    out["paper"] = [np.nan if ref is None else ref[r.domain] for ref, r in zip(refs, out.itertuples())]
+    refs = [paper.reference(reference or {}, r.method, r.dataset, list(r.domains), list(DATASETS[r.dataset]))
+            for r in out.itertuples()]  # a paper table with AVG only (FedPLVM's 4, 5): no per-domain value
+    out["paper"] = [np.nan if ref is None else ref.get(r.domain, np.nan) for ref, r in zip(refs, out.itertuples())]
     return out.drop(columns="domains")
 
 
@@ -310,6 +311,8 @@ def demo_figures(run_dirs, out_dir: Path) -> list[Path]:
 def regenerate(results_dirs) -> list[Path]:
     """Redraw every table report's figures (results_dir/table<N>.md -> results_dir/figures/table<N>/) from
     the run folders it lists, and the demo's when its run folders exist. Nothing is trained."""
+    from benchmark.tables import make_target  # late: tables imports the method registry (lightning)
+
     written = []
     for results_dir in map(Path, results_dirs):
         for md in sorted(results_dir.glob("table*.md")):
@@ -321,7 +324,7 @@ def regenerate(results_dirs) -> list[Path]:
             smoke = "smoke profile" in head
             if not run_dirs or missing:
                 print(f"skipped {md}: {len(missing)} of {len(run_dirs)} run folders missing or incomplete "
-                      f"under {results_dir / 'runs'} (run `make {md.stem}{' PROFILE=smoke' if smoke else ''}` "
+                      f"under {results_dir / 'runs'} (run `make {make_target(table)}{' PROFILE=smoke' if smoke else ''}` "
                       "to make them)")
                 continue
             title = head.split(": reproduction")[0] + (", smoke profile" if smoke else "")

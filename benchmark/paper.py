@@ -1,4 +1,5 @@
-"""The papers' published numbers: FPL's (PROTOCOL.md section 1) Table 2, Table 1, Table 3, Fig. 5.
+"""The papers' published numbers: FPL's (PROTOCOL.md section 1) Table 2, Table 1, Table 3, Fig. 5;
+FedPLVM's (section 2) Tables 1 to 5.
 
 A table here maps method -> dataset -> domain (in the paper's column order) and "AVG" -> accuracy (%);
 `benchmark.tables` says which runs each is compared with."""
@@ -45,14 +46,57 @@ TABLE3 = {
 FIG5_CLUSTER_MINUS_GLOBAL_AVG = 2.08
 
 
+# ------------------------------------------------------------------ FedPLVM (NeurIPS 2024), PROTOCOL.md section 2
+FEDPLVM_DOMAINS = {"digit5": ["mnist", "svhn", "usps", "syn", "mnistm"], "office10": ["amazon", "caltech", "dslr", "webcam"]}
 
-def reference(table: dict, method: str, dataset: str, domains: list[str]) -> dict[str, float] | None:
+
+def _plvm(digit5: list[float] | None = None, office10: list[float] | None = None) -> dict[str, dict[str, float]]:
+    rows = {"digit5": digit5, "office10": office10}
+    return {ds: dict(zip(FEDPLVM_DOMAINS[ds] + ["AVG"], v)) for ds, v in rows.items() if v is not None}
+
+
+# Tables 1 (Digit-5) and 2 (Office-10): final round, mean of 5 runs
+FEDPLVM_TABLE12 = {
+    "fedavg": _plvm([84.98, 29.38, 82.36, 47.00, 53.14, 59.37], [48.26, 35.11, 57.29, 71.75, 53.10]),
+    "fedprox": _plvm([85.72, 28.86, 82.30, 46.78, 52.60, 59.25], [47.74, 36.44, 56.25, 73.45, 53.47]),
+    "fedproto": _plvm([88.60, 31.94, 85.54, 51.82, 56.86, 62.95], [49.31, 36.07, 57.38, 79.05, 55.45]),
+    "fedpcl": _plvm([88.84, 39.70, 84.74, 54.70, 59.96, 65.59], [53.65, 38.93, 58.13, 78.64, 57.34]),
+    "fedfa": _plvm([89.46, 38.96, 85.86, 58.04, 61.38, 66.74], [56.46, 40.91, 60.00, 78.58, 58.99]),
+    "fpl": _plvm([90.12, 36.78, 86.10, 57.36, 64.02, 66.88], [54.38, 38.24, 61.25, 80.34, 58.55]),
+    "fedplvm": _plvm([90.70, 42.08, 86.24, 60.08, 67.16, 69.25], [57.03, 42.71, 61.50, 81.36, 60.65]),
+}
+FEDPLVM_NOT_IMPLEMENTED = ("fedpcl", "fedfa")  # rows of its Tables 1 and 2 this benchmark has no method for
+
+# Table 3 (Digit-5): local / global prototype generation; cluster/cluster is FedPLVM (a single run, Appendix H)
+FEDPLVM_TABLE3 = {
+    "fedplvm_avg_avg": _plvm([86.90, 33.10, 83.90, 53.40, 61.40, 63.54]),
+    "fedplvm_avg_cluster": _plvm([89.40, 37.00, 85.50, 56.60, 63.50, 66.40]),
+    "fedplvm": _plvm([90.20, 43.70, 86.90, 61.20, 65.40, 69.48]),
+}
+# Table 4 (Digit-5, AVG only): without / with global clustering, and the prototypes a client receives per round
+FEDPLVM_TABLE4 = {"fedplvm_no_global_clustering": {"digit5": {"AVG": 69.18}}, "fedplvm": {"digit5": {"AVG": 69.47}}}
+FEDPLVM_TABLE4_PROTOTYPES = {"fedplvm_no_global_clustering": 100.92, "fedplvm": 21.20}
+# Table 5 (Digit-5, AVG only): contrast / correction terms
+FEDPLVM_TABLE5 = {
+    "fedplvm_no_loss": {"digit5": {"AVG": 66.96}},
+    "fedplvm_contrast_only": {"digit5": {"AVG": 68.42}},
+    "fedplvm_correction_only": {"digit5": {"AVG": 67.95}},
+    "fedplvm": {"digit5": {"AVG": 69.25}},
+}
+
+
+
+def reference(table: dict, method: str, dataset: str, domains: list[str], all_domains: list[str] | None = None
+              ) -> dict[str, float] | None:
     """The paper's values of `method` on the `domains` that ran and their AVG: the paper's own AVG when every
-    domain ran, else the mean of its values on those domains. None when the paper has no row for `method`."""
+    domain ran, else the mean of its values on those domains. None when the paper has no row for `method`, or
+    gives only an AVG (FedPLVM's Tables 4 and 5) and not every one of the dataset's `all_domains` ran."""
     if method not in table or dataset not in table[method]:
         return None
     row = table[method][dataset]
     order = [d for d in row if d != "AVG"]
+    if not order and all_domains is not None and list(domains) != list(all_domains):
+        return None
     kept = [d for d in order if d in domains]
     avg = row["AVG"] if kept == order else float(np.mean([row[d] for d in kept]))
     return {**{d: row[d] for d in kept}, "AVG": avg}

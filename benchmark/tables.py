@@ -31,6 +31,8 @@ class Table:
     metric: str = "last5"  # a key of METRICS: the summary.json entry the table reports
     seeds: tuple[int, ...] = (0, 1, 2)  # of the full profile
     smoke: dict = field(default_factory=dict)  # this table's changes to the smoke profile
+    not_implemented: tuple[str, ...] = ()  # the paper's rows no method here runs: shown with the paper's values
+    prototypes_received: bool = False  # also report the prototypes a client receives per round (FedPLVM Table 4)
 
     def seeds_for(self, profile: str) -> tuple[int, ...]:
         return self.seeds if profile == "full" else SMOKE_SEEDS
@@ -57,3 +59,29 @@ TABLES: dict[str, Table] = {
                       [(m, f"fedproto-mnist-n{n}") for n in (3, 4, 5) for m in paper.FEDPROTO_TABLE1],
                       paper.FEDPROTO_TABLE1, metric="final", smoke=dict(eval_max=None)),
 }
+
+FEDPLVM_PRESETS = ("fedplvm-digit5", "fedplvm-office10")
+# FedPLVM's metric: the final round, mean of 5 runs; smoke: 4 of its 10 images per class (one batch of 32 with
+# drop_last per epoch; 5% would leave no full batch)
+_FEDPLVM = dict(metric="final", seeds=(0, 1, 2, 3, 4), smoke=dict(client_fraction=0.4))
+TABLES |= {
+    "fedplvm12": Table("FedPLVM Tables 1 (Digit-5) and 2 (Office-10)",
+                       [(m, p) for p in FEDPLVM_PRESETS for m in ("fedavg", "fedprox", "fedproto", "fpl", "fedplvm")],
+                       paper.FEDPLVM_TABLE12, not_implemented=paper.FEDPLVM_NOT_IMPLEMENTED, **_FEDPLVM),
+    "fedplvm3": Table("FedPLVM Table 3 (prototype generation, local / global: avg/avg, avg/cluster, cluster/cluster)",
+                      [(m, "fedplvm-digit5") for m in paper.FEDPLVM_TABLE3], paper.FEDPLVM_TABLE3, **_FEDPLVM),
+    "fedplvm4": Table("FedPLVM Table 4 (without / with global clustering)",
+                      [(m, "fedplvm-digit5") for m in paper.FEDPLVM_TABLE4], paper.FEDPLVM_TABLE4,
+                      prototypes_received=True, **_FEDPLVM),
+    "fedplvm5": Table("FedPLVM Table 5 (contrast / correction terms)",
+                      [(m, "fedplvm-digit5") for m in paper.FEDPLVM_TABLE5], paper.FEDPLVM_TABLE5, **_FEDPLVM),
+}
+# a name for several tables swept together (runs they share run once): make table-fedplvm
+GROUPS: dict[str, tuple[str, ...]] = {"fedplvm": ("fedplvm12", "fedplvm3", "fedplvm4", "fedplvm5")}
+
+
+def make_target(table: str) -> str:
+    """The make target that sweeps `table`: its group's (table-fedplvm) or its own (table2)."""
+    name = next((g for g, members in GROUPS.items() if table in members), table)
+    return f"table{name}" if name.isdigit() else f"table-{name}"
+

@@ -218,6 +218,7 @@ class Driver:
         t0 = time.perf_counter()
         state_ref = self.executor.put(self.global_state)
         payload_ref = self.executor.put(self.payload)
+        received = getattr(self.payload, "num_prototypes", None)  # prototypes each client gets (FedPLVM's Table 4)
         results = self.executor.map("train", state_ref, payload_ref, r)
         t1 = time.perf_counter()
 
@@ -243,6 +244,7 @@ class Driver:
         return {
             "notes": notes,  # printed by the entry point, not recorded in metrics.jsonl
             "round": r,
+            **({} if received is None else {"prototypes_received": received}),
             "accuracy": acc,
             **({} if per_client is None else {"client_accuracy": client_accuracies(per_client)}),
             "train_loss": float(np.mean([losses[c] for c in sorted(losses)])),

@@ -30,8 +30,8 @@ from benchmark.config import PRESETS, ConfigError, RunConfig
 from benchmark.data import DATASETS, DataError, check_domains_present, resolve_data_root
 from benchmark.figures import RUNS_LINE, table_figures
 from benchmark.provenance import commit_label, hardware_label
-from benchmark.results import atomic_write, is_complete, protocol, read_summary, wandb_mode
-from benchmark.tables import METRICS, PROFILES, TABLES
+from benchmark.results import atomic_write, is_complete, protocol, read_jsonl, read_summary, wandb_mode
+from benchmark.tables import GROUPS, METRICS, PROFILES, TABLES, make_target
 from ray_jobs import table_fedproto
 from ray_jobs.progress import SweepProgress
 from ray_jobs.run import OneLineParser, RunError, init_ray, run
@@ -61,7 +61,7 @@ def plan(table: str, profile: str, requested_domains: list[str] | None, results_
             check_domains_present(root, ds, doms)
         except DataError as e:
             raise DataError(f"{e} The sweep started no run. To go on without a domain, name the ones to use, "
-                            f"for example DOMAINS={','.join(d for d in doms if d != 'svhn')} make table{table}.") from None
+                            f"for example DOMAINS={','.join(d for d in doms if d != 'svhn')} make {make_target(table)}.") from None
     runs = []
     for method, preset in spec.rows:
         for seed in spec.seeds_for(profile):
@@ -152,7 +152,8 @@ def report(table: str, profile: str, runs: list[RunConfig], results_dir: Path) -
         header = ["method", *doms, avg_label, "Δ FedAvg (paper)", "rank (paper)", "flag"]
         body = []
         # the paper's AVG when every domain ran, else the mean of its values on the domains that ran
-        paper_avg = {m: paper.reference(ref, m, ds, kept)["AVG"] for m in methods if paper.reference(ref, m, ds, kept)}
+        refs = {m: paper.reference(ref, m, ds, kept, doms) for m in [*methods, *spec.not_implemented]}
+        paper_avg = {m: r["AVG"] for m, r in refs.items() if r and m in methods}
         our_avg = {m: float(sub.loc[(m, "AVG"), "ours"]) for m in methods}
         order = sorted(methods, key=lambda m: -our_avg[m])
         paper_order = sorted(paper_avg, key=lambda m: -paper_avg[m])
@@ -163,7 +164,7 @@ def report(table: str, profile: str, runs: list[RunConfig], results_dir: Path) -
                     cells.append("")
                     continue
                 ours, std = sub.loc[(m, d), "ours"], sub.loc[(m, d), "std"]
-                pv = paper_avg.get(m) if d == "AVG" else ref.get(m, {}).get(ds, {}).get(d)
+                pv = (refs[m] or {}).get(d)
                 diff = None if pv is None else ours - pv
                 flag |= diff is not None and abs(diff) > FLAG_POINTS
                 std_s = "" if np.isnan(std) else f" ± {std:.2f}"
@@ -182,9 +183,25 @@ def report(table: str, profile: str, runs: list[RunConfig], results_dir: Path) -
             cells.append(f"{order.index(m) + 1} ({paper_order.index(m) + 1 if m in paper_order else '–'})")
             cells.append("⚠" if flag else "")
             body.append(cells)
+        for m in spec.not_implemented:  # the paper's row, no run of ours
+            if refs[m]:
+                pv = refs[m]
+                body.append([f"{m} (not implemented)", *("" if d not in kept else f"– ({pv[d]:.2f})" for d in doms),
+                             f"– ({pv['AVG']:.2f})", "–", "–", ""])
         lines += [f"## {ds}" + (f" (without {', '.join(dropped[ds])}; compared on the remaining domains)" if ds in dropped else ""), "",
                   setting, "", "| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
         lines += ["| " + " | ".join(str(c) for c in row) + " |" for row in body]
+        only_avg = {m: ref[m][ds]["AVG"] for m in methods if refs[m] is None and ds in ref.get(m, {})}
+        if only_avg:  # the paper's AVG is over all of the dataset's domains: not compared with fewer
+            lines += ["", "The paper gives only an AVG over all of its domains here (" + ", ".join(
+                f"{m} {v:.2f}" for m, v in only_avg.items()) + "); not compared with an AVG over fewer domains."]
+        if spec.prototypes_received:
+            lines += ["", "Prototypes each client receives per round (mean over the rounds that send them and over "
+                      "seeds; the paper's Table 4 beside it):", "", "| method | prototypes received | paper |", "|---|---|---|"]
+            for m in methods:
+                got = [prototypes_received(Path(c.out)) for c in runs if c.dataset == ds and c.method == m]
+                pv = paper.FEDPLVM_TABLE4_PROTOTYPES.get(m)
+                lines.append(f"| {m} | {np.mean(got):.2f} | {'–' if pv is None else f'{pv:.2f}'} |")
         if table == "3" and ds == "office_caltech":
             gap = our_avg["fpl_cpcl_only"] - our_avg["fpl_cpcl_global"]
             lines += ["", f"Fig. 5 (CPCL only, cluster minus global prototypes, AVG): ours {gap:+.2f}, "
@@ -230,10 +247,17 @@ def log_wandb(table: str, profile: str, df: pd.DataFrame, figs: dict) -> None:
     run.finish()
 
 
+def prototypes_received(run_dir: Path) -> float:
+    """A run's prototypes per client per round, over the rounds whose clients received some (round 0: none)."""
+    counts = [r["prototypes_received"] for r in read_jsonl(run_dir / "metrics.jsonl") if r.get("prototypes_received")]
+    return float(np.mean(counts)) if counts else 0.0
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = OneLineParser(prog="python -m ray_jobs.sweep", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--table", required=True, choices=sorted(TABLES))
+    ap.add_argument("--table", required=True, choices=sorted([*TABLES, *GROUPS]),
+                    help="a table, or a group of tables swept together: " + "; ".join(f"{g} = {', '.join(t)}" for g, t in GROUPS.items()))
     ap.add_argument("--profile", default="full", choices=sorted(PROFILES))
     ap.add_argument("--domains", default=None, help="comma-separated domains to use (others are left out)")
     ap.add_argument("--results-dir", default=None, help="default results/ (full) or results/smoke/ (smoke)")
@@ -247,21 +271,25 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     results_dir = Path(args.results_dir or ("results" if args.profile == "full" else "results/smoke"))
     extra = {"executor": args.executor, "engine": args.engine, "precision": args.precision}
-    name = f"table{args.table}"
+    tables = GROUPS.get(args.table, (args.table,))
     try:
-        runs = plan(args.table, args.profile, args.domains.split(",") if args.domains else None, results_dir,
-                    args.data_root, extra)
-        execute(runs, args.parallel)
-        if args.table == "fedproto":  # per n and inference rule, beside the paper's Table 1 (ray_jobs.table_fedproto)
-            df, figs = table_fedproto.report(args.profile, runs, results_dir)
-            log_wandb(args.table, args.profile, df, figs)
-        else:
-            df = report(args.table, args.profile, runs, results_dir)
+        runs = {t: plan(t, args.profile, args.domains.split(",") if args.domains else None, results_dir,
+                        args.data_root, extra) for t in tables}
+        execute(list({c.out: c for t in tables for c in runs[t]}.values()), args.parallel)  # a shared run once
+        dfs = {}
+        for t in tables:
+            if t == "fedproto":  # per n and inference rule, beside the paper's Table 1 (ray_jobs.table_fedproto)
+                dfs[t], figs = table_fedproto.report(args.profile, runs[t], results_dir)
+                log_wandb(t, args.profile, dfs[t], figs)
+            else:
+                dfs[t] = report(t, args.profile, runs[t], results_dir)
     except (ConfigError, DataError, RunError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    print((results_dir / f"{name}.md").read_text())
-    print(f"report: {results_dir / f'{name}.md'} and .csv ({len(df)} cells); figures: {results_dir / 'figures' / name}/")
+    for t in tables:
+        print((results_dir / f"table{t}.md").read_text())
+        print(f"report: {results_dir / f'table{t}.md'} and .csv ({len(dfs[t])} cells); "
+              f"figures: {results_dir / 'figures' / f'table{t}'}/")
     return 0
 
 
