@@ -89,7 +89,7 @@ class FedPLVMClient(ClientModule):
         self.net.train(was_training)
         return torch.cat(out)
 
-    def local_prototypes(self, x=None, y=None) -> dict[int, torch.Tensor]:
+    def local_prototypes(self, x=None, y=None, generator=None) -> dict[int, torch.Tensor]:
         """Class -> this client's local prototypes (J x d, CPU) from an eval-mode pass over its training data:
         FINCH cluster means (`local_protos=cluster`) or the one class mean (`mean`, Table 3's avg)."""
         z, y = self.eval_features(x).cpu(), y.cpu()
