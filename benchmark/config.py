@@ -22,14 +22,16 @@ ENGINES = ("auto", "sequential", "fused")  # client training engines (ray_jobs.c
 DEVICES = ("auto", "cpu", "cuda")  # --device (auto: cuda when the process sees a GPU)
 PRECISIONS = ("32-true", "bf16-mixed")  # Lightning's precision names (lightning_modules.base.precision_context)
 
-# Client splits per dataset (clients per domain, in domain order). PROTOCOL.md section 1.
+# Client splits per dataset (clients per domain, in domain order). PROTOCOL.md sections 1 and 3.
 SPLITS: dict[str, dict[str, dict[str, int]]] = {
     "digits": {
         "code": {"mnist": 6, "usps": 4, "svhn": 3, "syn": 7},  # RethinkFL's code: the paper's numbers
         "paper": {"mnist": 3, "usps": 7, "svhn": 6, "syn": 4},  # the paper's text
+        "fedapc": {"mnist": 2, "usps": 1, "svhn": 2, "syn": 3},  # FedAPC's 8 clients
     },
     "office_caltech": {
         "default": {"caltech": 3, "amazon": 2, "webcam": 1, "dslr": 4},
+        "fedapc": {"caltech": 3, "amazon": 2, "webcam": 2, "dslr": 1},  # FedAPC's 8 clients
     },
     "digit5": {"default": {d: 1 for d in DATASETS["digit5"]}},  # FedPLVM: one client per domain
     # FedProto: 20 MNIST clients, n-way k-shot with mean n = 3, 4 or 5 (DatasetSpec.ways)

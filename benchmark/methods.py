@@ -3,14 +3,16 @@
 
 Hyperparameter defaults are PROTOCOL.md's; each is overridable on the command line
 (`--hp name=value`), reaches the client module and the server rule as `hparams`, and is
-recorded in config.json. The FPL and FedPLVM ablations of the papers are named variants of
-the method (same client module and server rule, other switches). "dev. N" is README's deviation N.
+recorded in config.json. A paper's ablations (FPL's, FedPLVM's, FedAPC's) are named variants of its method (same client
+module and server rule, other switches; `variant_of` names the method, and tables of every
+method, `make table-all`, leave variants out). "dev. N" is README's deviation N.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from typing import Callable
 
+from lightning_modules.fedapc import FedAPCClient, FedAPCServer
 from lightning_modules.fedavg import FedAvgClient, FedAvgServer
 from lightning_modules.feddyn import FedDynClient, FedDynServer
 from lightning_modules.fedopt import FedOptServer
@@ -86,6 +88,7 @@ class Method:
     # a client's model options by client id (build_model's kwargs), for methods whose clients differ
     # in architecture (FedProto-mh); None: every client has the dataset's model as it is
     client_model: Callable[[int], dict] | None = None
+    variant_of: str | None = None  # an ablation: the method it varies (None: a method of its own)
 
 
 METHODS: dict[str, Method] = {}
@@ -185,7 +188,7 @@ FPL_DEFAULTS = dict(
 def fpl_variant(name: str, description: str, **switches) -> Method:
     """FPL with some of its switches changed: the paper's ablations."""
     return register(Method(name=name, client=FPLClient, server=FPLServer, defaults={**FPL_DEFAULTS, **switches},
-                           validate=_check_fpl, description=description))
+                           validate=_check_fpl, description=description, variant_of=None if name == "fpl" else "fpl"))
 
 
 fpl_variant("fpl", "FPL: CPCL + UPCR")
@@ -232,5 +235,28 @@ fedplvm_variant("fedplvm_no_global_clustering", "Table 4 w/o: every local cluste
 fedplvm_variant("fedplvm_no_loss", "Table 5: neither contrast nor correction (CE only)", contrast=False, correction=False)
 fedplvm_variant("fedplvm_contrast_only", "Table 5: the alpha-sparsity contrast only", correction=False)
 fedplvm_variant("fedplvm_correction_only", "Table 5: the correction term only", contrast=False)
+
+
+def _check_fedapc(hp):
+    _positive("tau")(hp)
+    _boolean("augment")(hp)
+    v = hp["n_views"]
+    if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+        raise HyperparameterError(f"n_views must be an integer >= 1 (got {v!r}).")
+
+
+FEDAPC_DEFAULTS = dict(  # the paper states none of these; README, FedAPC, gives the reasons
+    n_views=4,  # augmented views averaged per image for its prototype feature (Eq. 2)
+    tau=0.02,  # temperature of L_APC, CPCL's (FPL's code) since L_APC is CPCL's form
+    augment=True,  # Table II: False = prototypes from the un-augmented images (one view)
+)
+register(Method(
+    name="fedapc", client=FedAPCClient, server=FedAPCServer, defaults=FEDAPC_DEFAULTS, validate=_check_fedapc,
+    description="FedAPC: augmented prototypes, CPCL-form contrast to their global means",
+))
+register(Method(
+    name="fedapc_noaug", client=FedAPCClient, server=FedAPCServer, defaults={**FEDAPC_DEFAULTS, "augment": False},
+    validate=_check_fedapc, description="FedAPC Table II: prototypes without augmentation", variant_of="fedapc",
+))
 
 TABLE2_METHODS = ["fedavg", "fedprox", "moon", "feddyn", "fedopt", "fedproc", "fedproto", "fpl"]

@@ -35,6 +35,12 @@ def mean_prototypes(client_protos: dict, num_classes: int, dim: int) -> torch.Te
     return out
 
 
+def held_prototypes(protos: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """The rows of a num_classes x dim prototype table that some client holds (not NaN), and their classes."""
+    held = ~torch.isnan(protos).any(dim=1)
+    return protos[held], torch.nonzero(held).flatten()
+
+
 def finch_clusters(points: torch.Tensor) -> np.ndarray:
     """FINCH (cosine, ensure_early_exit=False) labels of the last, coarsest partition."""
     if len(points) == 1:

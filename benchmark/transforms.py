@@ -6,6 +6,8 @@ per image an offset (i, j) uniform in {0..8}^2 into the zero-padded 40x40
 image and a flip with probability 1/2, done for the whole batch with one
 gather instead of per image through PIL. A dataset's protocol names its
 `Transform` (normalisation, and which of crop and flip its training batches get).
+`random_erasing` draws torchvision's RandomErasing (on normalised images) for a
+whole batch with one mask (FedAPC's views).
 """
 from __future__ import annotations
 
@@ -66,3 +68,53 @@ class Transform:
     def eval(self, x_uint8: torch.Tensor) -> torch.Tensor:
         """A test batch: normalised."""
         return normalize(x_uint8, self.mean, self.std)
+
+
+# torchvision RandomErasing's defaults: probability, erased area share, log-uniform aspect ratio, tries
+ERASE_P, ERASE_SCALE, ERASE_RATIO, ERASE_TRIES = 0.5, (0.02, 0.33), (0.3, 3.3), 10
+
+
+def erasing_params(n: int, h: int, w: int, generator: torch.Generator | None = None, p: float = ERASE_P):
+    """Per image the rectangle torchvision's RandomErasing(p, scale, ratio) draws, for a whole batch.
+
+    Drawn in this order from `generator`: apply ~ U(0,1) (n), area share ~ U(scale) (n x tries),
+    log aspect ratio ~ U(log ratio) (n x tries), position ~ U(0,1) (2 x n). As torchvision's
+    `get_params`, each image takes its first try whose rounded height and width fit inside the
+    image (none: not erased) and a top-left corner uniform over the places the box fits.
+    Returns (erase n bool, top n, left n, height n, width n).
+    """
+    dev = generator.device if generator is not None else "cpu"
+    apply = torch.rand(n, generator=generator, device=dev) < p
+    area = torch.empty(n, ERASE_TRIES, device=dev).uniform_(*ERASE_SCALE, generator=generator) * (h * w)
+    log_r = torch.empty(n, ERASE_TRIES, device=dev).uniform_(*torch.tensor(ERASE_RATIO).log().tolist(), generator=generator)
+    pos = torch.rand(2, n, generator=generator, device=dev)
+    eh = torch.sqrt(area * log_r.exp()).round().long()
+    ew = torch.sqrt(area / log_r.exp()).round().long()
+    fits = (eh < h) & (ew < w)
+    first = torch.where(fits.any(dim=1), fits.long().argmax(dim=1), 0)
+    eh, ew = eh.gather(1, first[:, None])[:, 0], ew.gather(1, first[:, None])[:, 0]
+    erase = apply & fits.any(dim=1)
+    top = (pos[0] * (h - eh + 1)).floor().long()  # uniform in {0, ..., h - eh}, as randint(0, h - eh + 1)
+    left = (pos[1] * (w - ew + 1)).floor().long()
+    return erase, top, left, eh, ew
+
+
+def erase(x: torch.Tensor, erase_: torch.Tensor, top, left, height, width, value: float = 0.0) -> torch.Tensor:
+    """`x` (N x C x H x W) with each image's rectangle [top, top + height) x [left, left + width) set to
+    `value` where `erase_`; one mask for the batch."""
+    n, _, h, w = x.shape
+    dev = x.device
+    top, left, height, width, erase_ = (t.to(dev) for t in (top, left, height, width, erase_))
+    rows = torch.arange(h, device=dev)[None, :]
+    cols = torch.arange(w, device=dev)[None, :]
+    in_rows = (rows >= top[:, None]) & (rows < (top + height)[:, None])  # n x h
+    in_cols = (cols >= left[:, None]) & (cols < (left + width)[:, None])  # n x w
+    mask = (in_rows[:, :, None] & in_cols[:, None, :] & erase_[:, None, None])[:, None]  # n x 1 x h x w
+    return x.masked_fill(mask, value)
+
+
+def random_erasing(x: torch.Tensor, generator: torch.Generator | None = None, p: float = ERASE_P) -> torch.Tensor:
+    """torchvision's RandomErasing(p, scale=(0.02, 0.33), ratio=(0.3, 3.3), value=0) on a batch of normalised
+    images (value 0: the channel mean, as after Normalize), each image drawn independently."""
+    n, _, h, w = x.shape
+    return erase(x, *erasing_params(n, h, w, generator, p))

@@ -12,7 +12,9 @@ and, where it needs them, two hooks of the round:
   and this client's state from its last round (None the first time);
 - `client_state()`: what this client must keep to its next round (None: stateless);
 - `initial_client_state(seed, client)`: that state before the client's first round (None
-  unless the method needs one, e.g. FedDyn's alpha_k and zero h_k, MOON's own initialisation).
+  unless the method needs one, e.g. FedDyn's alpha_k and zero h_k, MOON's own initialisation);
+- `local_prototypes(x, y, generator)`: what the client uploads after training (the last
+  epoch's class means, or a pass of the trained model over its data, e.g. FedAPC's).
 
 The method's hyperparameters are `self.hparams` (Lightning's `save_hyperparameters`: an
 attribute dict of `RunConfig.hparams`); the optimiser's are `lr`, `momentum`, `weight_decay`.
@@ -153,11 +155,14 @@ class ClientModule(L.LightningModule):
     def configure_optimizers(self):
         return torch.optim.SGD(self.net.parameters(), lr=self.lr, momentum=self.momentum, weight_decay=self.weight_decay)
 
-    def local_prototypes(self, x: torch.Tensor | None = None, y: torch.Tensor | None = None) -> dict[int, torch.Tensor]:
-        """Class -> mean training-mode feature of that class over the last local epoch (CPU).
+    def local_prototypes(self, x: torch.Tensor | None = None, y: torch.Tensor | None = None,
+                         generator: torch.Generator | None = None) -> dict[int, torch.Tensor]:
+        """What the client uploads after its training: class -> prototype (CPU).
 
-        The client groups pass the client's resident training images and labels `x`, `y`: unused
-        here, for methods that compute their prototypes after training (FedPLVM's eval-mode pass).
+        The engines call it once per client after its training, with the client's resident
+        training images `x` (uint8), labels `y` and its generator (in the state training left it),
+        for a method that runs its trained model over its data (FedAPC, FedPLVM). This default needs none
+        of them: the mean training-mode feature of each class over the last local epoch.
         """
         sums, counts = self._proto_sum.cpu(), self._proto_count.cpu()
         return {int(k): sums[k] / counts[k] for k in torch.nonzero(counts).flatten()}

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 import torch
 
-from benchmark.prototypes import cluster_prototypes, mean_prototypes
+from benchmark.prototypes import cluster_prototypes, held_prototypes, mean_prototypes
 from benchmark.server import RoundPayload
 from lightning_modules.base import ClientModule
 from lightning_modules.fedavg import FedAvgServer
@@ -43,8 +43,7 @@ class FPLClient(ClientModule):
             if hp["cpcl_protos"] == "cluster":
                 protos, proto_labels = p.cluster_protos, p.cluster_labels
             else:  # one global (mean) prototype per class
-                held = ~torch.isnan(p.global_protos).any(dim=1)
-                protos, proto_labels = p.global_protos[held], torch.nonzero(held).flatten()
+                protos, proto_labels = held_prototypes(p.global_protos)
             loss = loss + cpcl_loss(z, y, protos, proto_labels, hp["tau"])
         if hp["upcr"]:
             target = p.unbiased_protos if hp["upcr_target"] == "unbiased" else p.global_protos

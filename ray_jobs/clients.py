@@ -240,7 +240,7 @@ class ClientGroup:
                 else:
                     self.own_models[cid] = {k: v.detach().clone() for k, v in weights.items()}
                 states[cid] = self.persistent_state(cid)
-                protos[cid] = module.local_prototypes(*data[i])
+                protos[cid] = module.local_prototypes(*data[i], gens[i])
         self.states_round = round_idx
         return {"sum": None if weight_sum is None else {k: v.cpu() for k, v in weight_sum.items()}, "weight": total,
                 "protos": protos, "losses": losses, "states": states, "train_s": time.perf_counter() - start}

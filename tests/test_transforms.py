@@ -1,13 +1,15 @@
 """Batched transforms against torchvision and a per-image reference, on real images."""
 from __future__ import annotations
 
+import math
 import numpy as np
 import pytest
 import torch
 import torchvision.transforms as T
 
 from benchmark.data import to_tensor_images
-from benchmark.transforms import IMAGENET_MEAN, IMAGENET_STD, augment, crop_flip, normalize
+from benchmark.transforms import (IMAGENET_MEAN, IMAGENET_STD, augment, crop_flip, erase, erasing_params, normalize,
+                                  random_erasing)
 
 MEAN = torch.tensor([0.485, 0.456, 0.406]).view(1, 3, 1, 1)
 STD = torch.tensor([0.229, 0.224, 0.225]).view(1, 3, 1, 1)
@@ -123,3 +125,65 @@ def test_augment_seeded(batch):
     g = torch.Generator().manual_seed(7)
     first, second = augment(batch, g), augment(batch, g)
     assert torch.equal(first, a) and not torch.equal(first, second)
+
+
+def _erasing_params_one(u_apply, u_area, u_logr, u_pos, h, w, p=0.5):
+    """torchvision's RandomErasing.get_params for one image, written out, from the given uniforms."""
+    if not u_apply < p:
+        return None
+    lo, hi = math.log(0.3), math.log(3.3)
+    for a, r in zip(u_area, u_logr):
+        area = h * w * (0.02 + (0.33 - 0.02) * a)
+        ratio = math.exp(lo + (hi - lo) * r)
+        eh, ew = int(round(math.sqrt(area * ratio))), int(round(math.sqrt(area / ratio)))
+        if eh < h and ew < w:
+            return int(u_pos[0] * (h - eh + 1)), int(u_pos[1] * (w - ew + 1)), eh, ew
+    return None
+
+
+def test_erasing_params_match_a_per_image_reference():
+    n, h, w = 2000, 32, 32
+    g = torch.Generator().manual_seed(5)
+    erase_, top, left, eh, ew = erasing_params(n, h, w, torch.Generator().manual_seed(5))
+    # the same uniforms, in the documented order
+    u_apply = torch.rand(n, generator=g)
+    u_area = (torch.empty(n, 10).uniform_(0.02, 0.33, generator=g) - 0.02) / 0.31
+    lo, hi = math.log(0.3), math.log(3.3)
+    u_logr = (torch.empty(n, 10).uniform_(lo, hi, generator=g) - lo) / (hi - lo)
+    u_pos = torch.rand(2, n, generator=g)
+    for i in range(n):
+        ref = _erasing_params_one(float(u_apply[i]), u_area[i].tolist(), u_logr[i].tolist(), u_pos[:, i].tolist(), h, w)
+        if ref is None:
+            assert not erase_[i], i
+        else:
+            assert erase_[i] and (int(top[i]), int(left[i]), int(eh[i]), int(ew[i])) == ref, i
+    assert 0.4 < erase_.float().mean() < 0.6  # p = 0.5: both branches were checked
+
+
+def test_erase_matches_slice_assignment(batch):
+    x = normalize(batch)
+    n, _, h, w = x.shape
+    erase_, top, left, eh, ew = erasing_params(n, h, w, torch.Generator().manual_seed(1))
+    out = erase(x, erase_, top, left, eh, ew)
+    assert erase_.any() and (~erase_).any()
+    for i in range(n):
+        ref = x[i].clone()
+        if erase_[i]:
+            ref[:, top[i]:top[i] + eh[i], left[i]:left[i] + ew[i]] = 0.0
+        assert torch.equal(out[i], ref), i
+
+
+def test_random_erasing_has_torchvision_distribution():
+    """Share of images erased and mean erased area of `random_erasing` vs torchvision's RandomErasing."""
+    n = 4000
+    ones = torch.ones(n, 1, 32, 32)
+    ours = random_erasing(ones, torch.Generator().manual_seed(0))
+    torch.manual_seed(0)
+    tv = T.RandomErasing()
+    theirs = torch.stack([tv(img) for img in ones])
+    for out in (ours, theirs):
+        assert set(out.unique().tolist()) <= {0.0, 1.0}
+    erased = lambda o: (o == 0).flatten(1).float().sum(1)  # noqa: E731  (pixels erased per image)
+    e_ours, e_tv = erased(ours), erased(theirs)
+    assert abs((e_ours > 0).float().mean() - (e_tv > 0).float().mean()) < 0.04
+    assert abs(e_ours[e_ours > 0].mean() - e_tv[e_tv > 0].mean()) < 0.06 * e_tv[e_tv > 0].mean()

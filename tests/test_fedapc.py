@@ -1,0 +1,140 @@
+"""FedAPC (PROTOCOL.md section 3): augmented features are means over their views, local prototypes
+class means of them, global prototypes the mean over clients, L_APC the CPCL-form InfoNCE; its
+8-client split on the real data."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+
+from benchmark.config import CLIENT_PCT, RunConfig
+from benchmark.data import partition_domain, plan_clients, to_tensor_images
+from benchmark.methods import METHODS
+from benchmark.transforms import augment, normalize, random_erasing
+from lightning_modules.fedapc import FedAPCClient, FedAPCRound, FedAPCServer
+from tiny_net import TinyNet
+
+NAN = float("nan")
+
+
+@pytest.fixture(scope="module")
+def usps(data_root):
+    with np.load(data_root / "digits/usps_test.npz") as z:
+        return to_tensor_images(z["x"][:40]), torch.from_numpy(z["y"][:40]).long()
+
+
+def make_client(method="fedapc", **hp):
+    torch.manual_seed(0)
+    module = FedAPCClient(TinyNet(10), {**METHODS[method].defaults, **hp}).double()
+    module.train()
+    with torch.no_grad():  # BatchNorm statistics away from their defaults, so eval mode matters
+        module.net(normalize(torch.randint(0, 256, (16, 3, 32, 32), dtype=torch.uint8)).double())
+    return module
+
+
+def test_registry():
+    m, v = METHODS["fedapc"], METHODS["fedapc_noaug"]
+    assert m.client is v.client is FedAPCClient and m.server is v.server is FedAPCServer
+    assert m.defaults == {"n_views": 4, "tau": 0.02, "augment": True} and m.variant_of is None
+    assert v.defaults == {**m.defaults, "augment": False} and v.variant_of == "fedapc"
+
+
+@pytest.mark.parametrize("name,value", [("n_views", 0), ("n_views", 2.5), ("n_views", True), ("tau", 0),
+                                        ("tau", "abc"), ("augment", "yes")])
+def test_bad_hyperparameter_is_refused_naming_it(name, value):
+    for method in ("fedapc", "fedapc_noaug"):
+        with pytest.raises(ValueError, match=name):
+            RunConfig(method=method, hparams={name: value})
+
+
+def test_augmented_feature_is_the_mean_over_its_views(usps):
+    """Eq. 2 on real images: each image's feature is the mean of the eval-mode features of its n views,
+    each view crop + flip + erasing drawn in order from the client's generator; the views differ."""
+    x, y = usps
+    module = make_client(n_views=3)
+    module.eval()
+    got = module.augmented_features(x, torch.Generator().manual_seed(7))
+    g = torch.Generator().manual_seed(7)
+    views = [random_erasing(augment(x, g), g).double() for _ in range(3)]
+    assert not torch.equal(views[0], views[1]) and all((v == 0).any() for v in views)  # erased pixels are exactly 0
+    with torch.no_grad():
+        per_view = torch.stack([torch.stack([module.net.features(v[i:i + 1])[0] for i in range(len(x))]) for v in views])
+    assert (per_view[0] - per_view[1]).abs().max() > 1e-3  # the augmentation changes the features
+    torch.testing.assert_close(got, per_view.mean(dim=0), rtol=1e-12, atol=1e-12)
+
+
+def test_local_prototypes_are_class_means_of_augmented_features_in_eval_mode(usps):
+    x, y = usps
+    module = make_client(n_views=2)
+    before = {k: v.clone() for k, v in module.net.state_dict().items()}
+    protos = module.local_prototypes(x, y, torch.Generator().manual_seed(3))
+    assert module.training  # the mode is given back
+    for k, v in module.net.state_dict().items():  # no BatchNorm statistic moved
+        assert torch.equal(v, before[k]), k
+    module.eval()
+    z = module.augmented_features(x, torch.Generator().manual_seed(3))
+    assert sorted(protos) == sorted(set(y.tolist()))
+    for k, p in protos.items():
+        torch.testing.assert_close(p, z[y == k].mean(dim=0), rtol=1e-12, atol=1e-12)
+
+
+def test_without_augmentation_the_prototypes_are_plain_eval_class_means(usps):
+    x, y = usps
+    module = make_client("fedapc_noaug")
+    g = torch.Generator().manual_seed(0)
+    protos = module.local_prototypes(x, y, g)
+    assert torch.equal(g.get_state(), torch.Generator().manual_seed(0).get_state())  # no view was drawn
+    module.eval()
+    with torch.no_grad():
+        z = torch.stack([module.net.features(normalize(x[i:i + 1]).double())[0] for i in range(len(x))])
+    for k, p in protos.items():
+        torch.testing.assert_close(p, z[y == k].mean(dim=0), rtol=1e-12, atol=1e-12)
+
+
+def test_apc_loss_is_the_cpcl_form_against_the_global_prototypes():
+    """One prototype per class: -log(e^{cos(z,G_y)/tau} / sum_k e^{cos(z,G_k)/tau}), classes without a
+    global prototype left out of the sum, a sample of such a class contributing 0; round 0: no term."""
+    module = make_client(tau=0.5)
+    module.start_round(0, None, module.net.state_dict())
+    assert module.extra_loss(None, torch.tensor([0]), None, torch.ones(1, 2)) is None
+    protos = torch.tensor([[1.0, 0.0], [0.0, 2.0], [NAN, NAN], [-1.0, -1.0]])
+    module.start_round(1, FedAPCRound(global_protos=protos), module.net.state_dict())
+    z = torch.tensor([[3.0, 4.0], [1.0, 0.0], [2.0, 2.0]], dtype=torch.float64)
+    y = torch.tensor([1, 0, 2])
+    # per sample by hand: cosines to classes 0, 1, 3
+    s = 1 / 2 ** 0.5
+    cos = torch.tensor([[0.6, 0.8, -(0.6 + 0.8) * s], [1.0, 0.0, -s]], dtype=torch.float64)
+    per = F.cross_entropy(cos / 0.5, torch.tensor([1, 0]), reduction="none")
+    expected = (per.sum() + 0.0) / 3
+    torch.testing.assert_close(module.extra_loss(None, y, None, z), expected)
+
+
+def test_server_global_prototypes_are_unweighted_means_over_holders():
+    rule = FedAPCServer(METHODS["fedapc"].defaults, 3, 2, 5, [])
+    client_protos = {0: {0: torch.tensor([1.0, 1.0]), 1: torch.tensor([2.0, 0.0])},
+                     1: {0: torch.tensor([3.0, 5.0])}, 2: {0: torch.tensor([2.0, 0.0])}}
+    p = rule.payload(client_protos, 0).global_protos
+    torch.testing.assert_close(p[:2], torch.tensor([[2.0, 2.0], [2.0, 0.0]]))
+    assert torch.isnan(p[2]).all()
+
+
+def test_fedapc_split_counts_on_the_real_data(data_root):
+    """8 clients: Digits MNIST 2 / USPS 1 / SVHN 2 / SYN 3 at 1 %, Office Caltech 3 / Amazon 2 / Webcam 2 /
+    DSLR 1 at 20 % of the training split."""
+    digits = RunConfig(method="fedapc", dataset="digits", split="fedapc").clients_per_domain
+    office = RunConfig(method="fedapc", dataset="office_caltech", split="fedapc").clients_per_domain
+    assert digits == {"mnist": 2, "usps": 1, "svhn": 2, "syn": 3}
+    assert office == {"caltech": 3, "amazon": 2, "webcam": 2, "dslr": 1}
+    assert CLIENT_PCT == {"digits": 0.01, "office_caltech": 0.2}
+    no_svhn = {d: n for d, n in digits.items() if d != "svhn"}  # no full SVHN in the shared data
+    counts = {}
+    for c in plan_clients(data_root, "digits", no_svhn, 0.01, seed=0):
+        counts.setdefault(c["domain"], []).append(c["num_samples"])
+    assert counts == {"mnist": [600, 600], "usps": [72], "syn": [100, 100, 100]}  # int(0.01 x 60000, 7291, 10000)
+    assert [len(s) for s in partition_domain(np.zeros(73_257, dtype=np.int64), 2, 0.01, [0, 2])] == [732, 732]
+    counts = {}
+    for c in plan_clients(data_root, "office_caltech", office, 0.2, seed=0):
+        counts.setdefault(c["domain"], []).append(c["num_samples"])
+    # int(0.2 x 899, 768, 237, 127): the training split of 1123, 958, 295, 157 images
+    assert counts == {"caltech": [179] * 3, "amazon": [153] * 2, "webcam": [47] * 2, "dslr": [25]}
