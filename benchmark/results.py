@@ -7,6 +7,8 @@ from pathlib import Path
 
 import numpy as np
 
+from benchmark import communication
+
 LAST_K = 5  # the paper's metric: mean accuracy over the last 5 rounds
 MODEL_FILE = "model.pt"  # the final global model of a complete run
 
@@ -43,6 +45,7 @@ def summarize(cfg: dict, clients: list[dict], rounds: list[dict]) -> dict:
         "final": dict(rounds[-1]["accuracy"]),
         "last5": {d: float(np.mean([r["accuracy"][d] for r in last])) for d in domains},
         "wall_time_s": float(sum(r["time_s"]["round"] for r in rounds)),
+        "communication": communication.run_total(rounds),
         "protocol": protocol(cfg),
         "complete": True,
     }
@@ -129,7 +132,9 @@ class Recorder:
             acc = record["accuracy"]
             self.wandb.log(
                 {**{f"accuracy/{d}": v for d, v in acc.items()}, "train_loss": record["train_loss"],
-                 **{f"time_s/{k}": v for k, v in record["time_s"].items()}, "round": record["round"]},
+                 **{f"time_s/{k}": v for k, v in record["time_s"].items()},
+                 **{f"communication/{k}": v for k, v in record.get("communication", {}).get("mean_per_client", {}).items()},
+                 "round": record["round"]},
                 step=record["round"],
             )
 
@@ -156,6 +161,9 @@ class Recorder:
             self.wandb.log({"accuracy_per_round": per_round, "final_accuracy": final})
             self.wandb.summary.update({**{f"last5/{d}": v for d, v in summary["last5"].items()},
                                        **{f"final/{d}": v for d, v in summary["final"].items()},
+                                       **{f"communication/{k}": v for k, v in
+                                          summary["communication"].get("per_client_per_round", {}).items()},
+                                       "communication/total_bytes": summary["communication"].get("total_bytes"),
                                        "wall_time_s": summary["wall_time_s"]})
             self.wandb.finish()
         atomic_write(self.out / "summary.json", json.dumps(summary, indent=2))

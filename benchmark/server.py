@@ -78,7 +78,7 @@ class ServerRule(ABC):
     """
 
     state_attrs: tuple[str, ...] = ()  # attributes changed across rounds (tensors, dicts of tensors, numbers, None)
-    averages_weights = True  # False: no weights travel, every client keeps its own model (`LocalModelsRule`)
+    averages_weights = True  # False: no weights travel, every client keeps its own model (`LocalModelsRule`; no weights counted)
 
     def __init__(self, hparams: dict, num_classes: int, feature_dim: int, rounds: int, param_keys: list[str]):
         self.hparams = hparams  # the method's hyperparameters (RunConfig.hparams)

@@ -32,6 +32,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from benchmark.communication import count
 from benchmark.config import ENGINES, RunConfig
 from benchmark.data import load_domain, to_tensor_images
 from benchmark.methods import METHODS
@@ -197,13 +198,14 @@ class ClientGroup:
         return the partial sum of the trained weights weighted by the rule's `client_weight`, its total
         weight, and per client its prototypes, loss and persistent state (`persistent_state`, on the CPU: None
         for stateless methods that average weights, so only methods with a state send one). Under a rule
-        that averages no weights each client trains its own model and keeps it here; the sum is then None."""
+        that averages no weights each client trains its own model and keeps it here; the sum is then None.
+        Also per client the (entries, bytes) of the weights it uploads (none under such a rule)."""
         if self.states_round != round_idx - 1:  # a restarted process: it must not train from initial states
             raise StaleClientStates(f"this client group holds client states after round {self.states_round}, "
                                     f"round {round_idx} needs those after round {round_idx - 1}")
         cfg = self.cfg
         rule = METHODS[cfg.method].server
-        weight_sum, total, protos, losses, states = None, 0, {}, {}, {}
+        weight_sum, total, protos, losses, states, sent = None, 0, {}, {}, {}, {}
         start = time.perf_counter()
         for members in self.subgroups():
             module = self.module_for(members[0])
@@ -240,10 +242,12 @@ class ClientGroup:
                 else:
                     self.own_models[cid] = {k: v.detach().clone() for k, v in weights.items()}
                 states[cid] = self.persistent_state(cid)
+                sent[cid] = count(weights) if rule.averages_weights else (0, 0)  # (entries, bytes) uploaded
                 protos[cid] = module.local_prototypes(*data[i], gens[i])
         self.states_round = round_idx
         return {"sum": None if weight_sum is None else {k: v.cpu() for k, v in weight_sum.items()}, "weight": total,
-                "protos": protos, "losses": losses, "states": states, "train_s": time.perf_counter() - start}
+                "protos": protos, "losses": losses, "states": states, "sent_weights": sent,
+                "train_s": time.perf_counter() - start}
 
     def non_finite(self, what: str, round_idx: int, c: dict) -> str:
         return (f"non-finite {what} in round {round_idx}, client {c['id']} ({c['domain']}), method {self.cfg.method}; "

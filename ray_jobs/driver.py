@@ -18,6 +18,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from benchmark import communication
 from benchmark.config import RunConfig
 from benchmark.data import eval_subset, load_domain, to_tensor_images
 from benchmark.methods import METHODS
@@ -216,9 +217,10 @@ class Driver:
 
     def run_round(self, r: int) -> dict:
         t0 = time.perf_counter()
-        state_ref = self.executor.put(self.global_state)
-        payload_ref = self.executor.put(self.payload)
-        received = getattr(self.payload, "num_prototypes", None)  # prototypes each client gets (FedPLVM's Table 4)
+        sent_state, sent_payload = self.global_state, self.payload
+        state_ref = self.executor.put(sent_state)
+        payload_ref = self.executor.put(sent_payload)
+        received = getattr(sent_payload, "num_prototypes", None)  # prototype vectors each client gets (FedPLVM's Table 4)
         results = self.executor.map("train", state_ref, payload_ref, r)
         t1 = time.perf_counter()
 
@@ -241,6 +243,11 @@ class Driver:
         losses = {cid: l for res in results for cid, l in res["losses"].items()}
         train_s = max(res["train_s"] for res in results)
         notes, self.executor.notes[:] = list(self.executor.notes), []
+        sent_weights = {cid: n for res in results for cid, n in res["sent_weights"].items()}
+        shares = self.rule.averages_weights
+        comm = {str(c): communication.client_round(
+            sent_weights[c], protos[c] if self.payload is not None else None,  # prototypes travel when the rule uses them
+            sent_state if shares else None, sent_payload) for c in sorted(sent_weights)}
         return {
             "notes": notes,  # printed by the entry point, not recorded in metrics.jsonl
             "round": r,
@@ -249,6 +256,7 @@ class Driver:
             **({} if per_client is None else {"client_accuracy": client_accuracies(per_client)}),
             "train_loss": float(np.mean([losses[c] for c in sorted(losses)])),
             "client_loss": {str(c): losses[c] for c in sorted(losses)},
+            "communication": {"per_client": comm, "mean_per_client": communication.mean_per_client(comm)},
             "time_s": {
                 "local_training": train_s,
                 "transfer_and_scheduling": (t1 - t0) - train_s,

@@ -8,6 +8,7 @@ import pytest
 from benchmark.config import RunConfig
 from benchmark.results import read_jsonl
 from ray_jobs.run import RunError, run
+from test_figures import wandb_records
 
 SMALL = dict(rounds=2, local_epochs=1, eval_max=100, num_actors=2, driver_cpus=1, cpus_per_actor=1)
 
@@ -144,3 +145,48 @@ def test_config_records_provenance(runs, full_digits_root):
         assert p["host"] == socket.gethostname() and p["device"] == "cpu" and p["gpu"] is None
         assert p["cpu_count"] == os.cpu_count() and p["pid"] != os.getpid()
     assert {a["engine"] for a in prov["actors"]} == {"sequential"}
+
+
+@pytest.mark.parametrize("method,dataset", [(m, d) for m, d, _ in CASES])
+def test_communication_in_metrics_summary_and_wandb(runs, method, dataset):
+    """Every client receives and uploads ResNet-10's state_dict each round; FPL's clients also upload 512
+    float32 per class they hold and, from round 1, receive its payload; FedAvg moves no prototype. The summary
+    holds the means over rounds and the total; the W&B summary the same."""
+    from benchmark.communication import KEYS, count
+    from lightning_modules.resnet import ResNet10
+
+    out, summary = runs[(method, dataset)]
+    entries, nbytes = count(ResNet10(10).state_dict())
+    rounds = read_jsonl(out / "metrics.jsonl")
+    for r in rounds:
+        comm = r["communication"]
+        assert sorted(comm["per_client"], key=int) == [str(c["id"]) for c in summary["clients"]]
+        for c in comm["per_client"].values():
+            assert c["up_weights"] == c["down_weights"] == entries
+            if method == "fedavg":
+                assert c["up_prototypes"] == c["down_prototypes"] == 0
+            else:
+                assert c["up_prototypes"] > 0 and c["up_prototypes"] % 512 == 0
+                assert (c["down_prototypes"] > 0) == (r["round"] > 0)
+            assert c["up_bytes"] == 4 * (c["up_weights"] - entries) + nbytes + 4 * c["up_prototypes"]
+        for k in KEYS:
+            assert comm["mean_per_client"][k] == pytest.approx(np.mean([c[k] for c in comm["per_client"].values()]))
+    total = summary["communication"]
+    for k in KEYS:
+        assert total["per_client_per_round"][k] == pytest.approx(np.mean([r["communication"]["mean_per_client"][k]
+                                                                          for r in rounds]))
+    assert total["total_bytes"] == sum(c["up_bytes"] + c["down_bytes"] for r in rounds
+                                       for c in r["communication"]["per_client"].values())
+    records = wandb_records(next((out / "wandb").glob("offline-run-*")))
+    summ, logged = {}, []
+    for rec in records:
+        kind = rec.WhichOneof("record_type")
+        if kind == "summary":
+            summ.update({u.key or "/".join(u.nested_key): json.loads(u.value_json) for u in rec.summary.update})
+        elif kind == "history":
+            items = {i.key or "/".join(i.nested_key): json.loads(i.value_json) for i in rec.history.item}
+            if "communication/down_bytes" in items:
+                logged.append(items["communication/down_bytes"])
+    assert summ["communication/total_bytes"] == total["total_bytes"]
+    assert summ["communication/up_bytes"] == pytest.approx(total["per_client_per_round"]["up_bytes"])
+    assert logged == pytest.approx([r["communication"]["mean_per_client"]["down_bytes"] for r in rounds])
