@@ -10,7 +10,7 @@ ENGINE ?= auto
 PRECISION ?= 32-true
 export RAY_USAGE_STATS_ENABLED ?= 0
 
-TABLES := table1 table2 table3 table-fedproto table-fedplvm
+TABLES := table1 table2 table3 table-fedproto table-fedplvm table-fedapc table-all
 .PHONY: setup demo test bench data $(TABLES) figures clean
 
 $(STAMP): pyproject.toml

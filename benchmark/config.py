@@ -78,6 +78,9 @@ DATASET_SPECS: dict[str, DatasetSpec] = {
 # A paper's run protocol by name: RunConfig field values (the dataset's own protocol is its DatasetSpec).
 _FPL = dict(rounds=100, local_epochs=10, batch_size=64, lr=0.01, momentum=0.9, weight_decay=1e-5)
 _FEDPLVM = dict(local_epochs=2, batch_size=32, lr=0.01, momentum=0.5, weight_decay=1e-5, drop_last=True)
+# FedAPC states its 8-client split, batch 32, lr 0.01 and 100 rounds; momentum, weight decay and local epochs
+# are RethinkFL's, whose data protocol it uses (README, FedAPC)
+_FEDAPC = dict(split="fedapc", rounds=100, local_epochs=10, batch_size=32, lr=0.01, momentum=0.9, weight_decay=1e-5)
 PRESETS: dict[str, dict] = {
     "fpl-digits": dict(dataset="digits", **_FPL),  # FPL (CVPR 2023), PROTOCOL.md section 1
     "fpl-office": dict(dataset="office_caltech", **_FPL),
@@ -87,6 +90,8 @@ PRESETS: dict[str, dict] = {
     # DataLoader's drop_last, 1 local epoch, 100 rounds; n = 3, 4, 5
     **{f"fedproto-mnist-n{n}": dict(dataset="mnist", split=f"{n}way", rounds=100, local_epochs=1, batch_size=4,
                                     lr=0.01, momentum=0.5, weight_decay=0.0, drop_last=True) for n in (3, 4, 5)},
+    "fedapc-digits": dict(dataset="digits", **_FEDAPC),  # FedAPC (2025), section 3
+    "fedapc-office": dict(dataset="office_caltech", **_FEDAPC),
 }
 
 

@@ -316,7 +316,7 @@ def regenerate(results_dirs) -> list[Path]:
     written = []
     for results_dir in map(Path, results_dirs):
         for md in sorted(results_dir.glob("table*.md")):
-            table = md.stem.removeprefix("table")
+            table = md.stem.removeprefix("table").removeprefix("-")  # table2 -> 2, table-fedapc -> fedapc
             names = [ln[len(RUNS_LINE):].split(", ") for ln in md.read_text().splitlines() if ln.startswith(RUNS_LINE)]
             run_dirs = [results_dir / "runs" / n for n in (names[-1] if names else [])]
             missing = [d.name for d in run_dirs if not (d / "summary.json").is_file()]

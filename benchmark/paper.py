@@ -1,5 +1,5 @@
-"""The papers' published numbers: FPL's (PROTOCOL.md section 1) Table 2, Table 1, Table 3, Fig. 5;
-FedPLVM's (section 2) Tables 1 to 5.
+"""The papers' published numbers, one place: FPL's (PROTOCOL.md section 1) Table 2, Table 1, Table 3, Fig. 5;
+FedPLVM's (section 2) Tables 1 to 5; FedAPC's (section 3) Tables I and II.
 
 A table here maps method -> dataset -> domain (in the paper's column order) and "AVG" -> accuracy (%);
 `benchmark.tables` says which runs each is compared with."""
@@ -44,6 +44,19 @@ TABLE3 = {
 
 # Fig. 5: CPCL with cluster vs global prototypes on Office-Caltech: cluster is +2.08 AVG
 FIG5_CLUSTER_MINUS_GLOBAL_AVG = 2.08
+
+# FedAPC Table I (its 8-client protocol; its Office-10 is Office-Caltech-10) and Table II (without augmentation)
+FEDAPC_TABLE1 = {
+    "fedavg": _row([93.20, 84.35, 75.38, 53.91, 76.71], [63.84, 79.79, 53.79, 44.67, 60.52]),
+    "moon": _row([94.46, 82.08, 82.18, 56.88, 78.90], [67.05, 77.47, 54.67, 49.33, 62.13]),
+    "fedproto": _row([94.72, 81.19, 80.52, 58.37, 78.70], [68.22, 83.89, 55.52, 50.00, 64.41]),
+    "fedapc": _row([95.03, 86.51, 81.98, 58.74, 80.57], [69.20, 78.42, 57.93, 60.00, 66.39]),
+}
+FEDAPC_TABLE2 = {
+    "fedapc_noaug": _row([94.26, 84.34, 78.43, 55.83, 78.22], [64.17, 78.34, 53.86, 51.33, 61.93]),
+    "fedapc": FEDAPC_TABLE1["fedapc"],
+}
+FEDAPC = {**FEDAPC_TABLE1, **FEDAPC_TABLE2}  # `make table-fedapc`: both tables in one report
 
 
 # ------------------------------------------------------------------ FedPLVM (NeurIPS 2024), PROTOCOL.md section 2

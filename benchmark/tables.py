@@ -7,9 +7,10 @@ unchanged with its seeds, the `smoke` profile the same code paths with tiny sett
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Callable
 
 from benchmark import paper
-from benchmark.methods import TABLE2_METHODS
+from benchmark.methods import METHODS, TABLE2_METHODS
 
 METRICS = {
     "last5": "mean accuracy of the last 5 rounds",
@@ -26,13 +27,18 @@ SMOKE_SEEDS = (0,)
 @dataclass(frozen=True)
 class Table:
     title: str
-    rows: list[tuple[str, str]]  # (method, preset) per row, datasets in order of first appearance
+    # (method, preset) per row, datasets in order of first appearance; or a function giving them when asked
+    rows: list[tuple[str, str]] | Callable[[], list[tuple[str, str]]]
     paper: dict  # the paper's numbers: method -> dataset -> domain (and "AVG") -> accuracy
     metric: str = "last5"  # a key of METRICS: the summary.json entry the table reports
     seeds: tuple[int, ...] = (0, 1, 2)  # of the full profile
     smoke: dict = field(default_factory=dict)  # this table's changes to the smoke profile
+    communication: bool = False  # the report adds what a client uploads and receives per round
     not_implemented: tuple[str, ...] = ()  # the paper's rows no method here runs: shown with the paper's values
     prototypes_received: bool = False  # also report the prototypes a client receives per round (FedPLVM Table 4)
+
+    def row_list(self) -> list[tuple[str, str]]:
+        return self.rows() if callable(self.rows) else self.rows
 
     def seeds_for(self, profile: str) -> tuple[int, ...]:
         return self.seeds if profile == "full" else SMOKE_SEEDS
@@ -58,6 +64,14 @@ TABLES: dict[str, Table] = {
     "fedproto": Table("FedProto Table 1 (MNIST, stdev 2)",
                       [(m, f"fedproto-mnist-n{n}") for n in (3, 4, 5) for m in paper.FEDPROTO_TABLE1],
                       paper.FEDPROTO_TABLE1, metric="final", smoke=dict(eval_max=None)),
+    "fedapc": Table("FedAPC Tables I and II (8 clients; fedapc_noaug: Table II, without augmentation)",
+                    [(m, p) for p in ("fedapc-digits", "fedapc-office") for m in paper.FEDAPC], paper.FEDAPC,
+                    communication=True),
+    # every registered method that is not an ablation variant, read from the registry when the sweep
+    # plans, so a method registered later joins without an edit; the paper values are FPL's Table 2
+    "all": Table("Every method under FPL's protocol (paper values: FPL's Table 2)",
+                 lambda: _fpl_rows([m for m, spec in METHODS.items() if spec.variant_of is None]), paper.TABLE2,
+                 communication=True),
 }
 
 FEDPLVM_PRESETS = ("fedplvm-digit5", "fedplvm-office10")
@@ -80,8 +94,12 @@ TABLES |= {
 GROUPS: dict[str, tuple[str, ...]] = {"fedplvm": ("fedplvm12", "fedplvm3", "fedplvm4", "fedplvm5")}
 
 
+def report_name(table: str) -> str:
+    """table2, tablefedapc: the report's file stem (.md, .csv), W&B group prefix and figure folder."""
+    return f"table{table}"
+
+
 def make_target(table: str) -> str:
-    """The make target that sweeps `table`: its group's (table-fedplvm) or its own (table2)."""
+    """The make target that sweeps `table`: its group's (table-fedplvm) or its own (table2, table-fedapc)."""
     name = next((g for g, members in GROUPS.items() if table in members), table)
     return f"table{name}" if name.isdigit() else f"table-{name}"
-

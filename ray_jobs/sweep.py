@@ -1,7 +1,10 @@
-"""`make table1|table2|table3|...`: a paper table's sweep through Ray, resumable, then a report beside the paper.
+"""`make table1|table2|table3|table-fedapc|table-all|...`: a table's sweep through Ray, resumable, then a report
+beside the paper.
 
     python -m ray_jobs.sweep --table 2 [--profile full|smoke] [--domains mnist,usps,syn]
     python -m ray_jobs.sweep --table fedproto [--profile full|smoke]   # FedProto's Table 1, its own report
+    python -m ray_jobs.sweep --table fedapc    # FedAPC's Tables I and II under its 8-client protocol
+    python -m ray_jobs.sweep --table all       # every registered method (not the ablation variants), FPL's protocol
 
 The tables (their runs as method x preset, the paper's numbers, the metric, the seeds)
 are data in `benchmark.tables`.
@@ -31,12 +34,13 @@ from benchmark.data import DATASETS, DataError, check_domains_present, resolve_d
 from benchmark.figures import RUNS_LINE, table_figures
 from benchmark.provenance import commit_label, hardware_label
 from benchmark.results import atomic_write, is_complete, protocol, read_jsonl, read_summary, wandb_mode
-from benchmark.tables import GROUPS, METRICS, PROFILES, TABLES, make_target
+from benchmark.tables import GROUPS, METRICS, PROFILES, TABLES, make_target, report_name
 from ray_jobs import table_fedproto
 from ray_jobs.progress import SweepProgress
 from ray_jobs.run import OneLineParser, RunError, init_ray, run
 
 FLAG_POINTS = 2.0
+MB = 1e6
 
 
 def domains_for(dataset: str, requested: list[str] | None) -> list[str]:
@@ -54,7 +58,8 @@ def plan(table: str, profile: str, requested_domains: list[str] | None, results_
     unknown = sorted(set(requested_domains or []) - set(every))
     if unknown:
         raise ConfigError(f"unknown domain(s) {unknown}; choose from {', '.join(every)}.")
-    dataset_of = {p: PRESETS[p]["dataset"] for _, p in spec.rows}
+    rows = spec.row_list()
+    dataset_of = {p: PRESETS[p]["dataset"] for _, p in rows}
     for ds in dict.fromkeys(dataset_of.values()):
         doms = domains_for(ds, requested_domains)
         try:
@@ -63,10 +68,10 @@ def plan(table: str, profile: str, requested_domains: list[str] | None, results_
             raise DataError(f"{e} The sweep started no run. To go on without a domain, name the ones to use, "
                             f"for example DOMAINS={','.join(d for d in doms if d != 'svhn')} make {make_target(table)}.") from None
     runs = []
-    for method, preset in spec.rows:
+    for method, preset in rows:
         for seed in spec.seeds_for(profile):
             cfg = RunConfig.from_preset(preset, method=method, domains=domains_for(dataset_of[preset], requested_domains),
-                                        seed=seed, data_root=str(root), wandb_group=f"table{table}-{profile}",
+                                        seed=seed, data_root=str(root), wandb_group=f"{report_name(table)}-{profile}",
                                         **spec.overrides(profile), **(extra or {}))
             runs.append(dataclasses.replace(cfg, out=str(results_dir / "runs" / cfg.run_name)))
     return runs
@@ -118,16 +123,22 @@ def collect(runs: list[RunConfig], metric: str = "last5") -> pd.DataFrame:
     rows = []
     for cfg in runs:
         s = read_summary(Path(cfg.out))
+        comm = s.get("communication", {}).get("per_client_per_round", {})
         for dom, acc in s[metric].items():
-            rows.append({"method": cfg.method, "dataset": cfg.dataset, "domain": dom, "seed": cfg.seed, "acc": acc})
+            rows.append({"method": cfg.method, "dataset": cfg.dataset, "domain": dom, "seed": cfg.seed, "acc": acc,
+                         "up_bytes": comm.get("up_bytes", np.nan), "down_bytes": comm.get("down_bytes", np.nan)})
     df = pd.DataFrame(rows)
-    return df.groupby(["method", "dataset", "domain"], sort=False)["acc"].agg(ours="mean", std="std", seeds="count").reset_index()
+    return df.groupby(["method", "dataset", "domain"], sort=False).agg(
+        ours=("acc", "mean"), std=("acc", "std"), seeds=("acc", "count"), up_bytes=("up_bytes", "mean"),
+        down_bytes=("down_bytes", "mean")).reset_index()
 
 
 def report(table: str, profile: str, runs: list[RunConfig], results_dir: Path) -> pd.DataFrame:
-    """results_dir/table<N>.md and .csv: ours (mean, std over seeds) beside the paper, differences,
-    change against FedAvg, rank order; rows more than 2 points from the paper flagged."""
+    """results_dir/table<N>.md and .csv (`report_name`): ours (mean, std over seeds) beside the paper,
+    differences, change against FedAvg, rank order, and where the table asks, what a client uploads and
+    receives per round; rows more than 2 points from the paper flagged."""
     spec = TABLES[table]
+    name, comm = report_name(table), spec.communication
     agg = collect(runs, spec.metric)
     ref = spec.paper
     lines, csv_rows = [], []
@@ -138,7 +149,9 @@ def report(table: str, profile: str, runs: list[RunConfig], results_dir: Path) -
         title += " — without " + ", ".join(f"{d} ({ds})" for ds, ds_d in dropped.items() for d in ds_d)
     lines += [title, "", f"Seeds {list(spec.seeds_for(profile))}; accuracy (%) of the evaluated model, "
               f"{METRICS[spec.metric]}; mean ± std over seeds (paper value, ours - paper). "
-              f"⚠ = a compared cell more than {FLAG_POINTS:g} points from the paper.", ""]
+              f"⚠ = a compared cell more than {FLAG_POINTS:g} points from the paper."
+              + (" Up / down MB: what one client uploads / receives per round (weights and prototypes; mean over "
+                 "clients, rounds and seeds)." if comm else ""), ""]
     for ds in dict.fromkeys(c.dataset for c in runs):
         doms = list(DATASETS[ds])
         kept = [d for d in doms if d not in dropped.get(ds, [])]
@@ -149,7 +162,8 @@ def report(table: str, profile: str, runs: list[RunConfig], results_dir: Path) -
                    + (f", test sets capped at {c0.eval_max}" if c0.eval_max else "") + ".")
         sub = agg[agg.dataset == ds].set_index(["method", "domain"])
         avg_label = "AVG" if len(kept) == len(doms) else f"AVG of {len(kept)}"
-        header = ["method", *doms, avg_label, "Δ FedAvg (paper)", "rank (paper)", "flag"]
+        header = ["method", *doms, avg_label, "Δ FedAvg (paper)", "rank (paper)", *(["up MB", "down MB"] if comm else []),
+                  "flag"]
         body = []
         # the paper's AVG when every domain ran, else the mean of its values on the domains that ran
         refs = {m: paper.reference(ref, m, ds, kept, doms) for m in [*methods, *spec.not_implemented]}
@@ -174,13 +188,17 @@ def report(table: str, profile: str, runs: list[RunConfig], results_dir: Path) -
                                  "ours_std": None if np.isnan(std) else round(float(std), 4),
                                  "seeds": int(sub.loc[(m, d), "seeds"]), "paper": pv,
                                  "diff": None if diff is None else round(float(diff), 4),
-                                 "flag": diff is not None and abs(diff) > FLAG_POINTS})
+                                 "flag": diff is not None and abs(diff) > FLAG_POINTS,
+                                 **({"up_bytes": sub.loc[(m, d), "up_bytes"], "down_bytes": sub.loc[(m, d), "down_bytes"]}
+                                    if comm else {})})
             if "fedavg" in our_avg:
                 pd_ = f"{paper_avg[m] - paper_avg['fedavg']:+.2f}" if m in paper_avg and "fedavg" in paper_avg else "–"
                 cells.append(f"{our_avg[m] - our_avg['fedavg']:+.2f} ({pd_})")
             else:
                 cells.append("–")
             cells.append(f"{order.index(m) + 1} ({paper_order.index(m) + 1 if m in paper_order else '–'})")
+            if comm:
+                cells += [f"{sub.loc[(m, 'AVG'), k] / MB:.3f}" for k in ("up_bytes", "down_bytes")]
             cells.append("⚠" if flag else "")
             body.append(cells)
         for m in spec.not_implemented:  # the paper's row, no run of ours
@@ -207,9 +225,9 @@ def report(table: str, profile: str, runs: list[RunConfig], results_dir: Path) -
             lines += ["", f"Fig. 5 (CPCL only, cluster minus global prototypes, AVG): ours {gap:+.2f}, "
                       f"paper {paper.FIG5_CLUSTER_MINUS_GLOBAL_AVG:+.2f}."]
         lines.append("")
-    fig_dir = results_dir / "figures" / f"table{table}"
+    fig_dir = results_dir / "figures" / name
     figs = table_figures(table, [Path(c.out) for c in runs], fig_dir, f"{spec.title}, {profile} profile")
-    rel = f"figures/table{table}"
+    rel = f"figures/{name}"
     lines += [f"Figures: accuracy over rounds per method, mean over seeds with a ± std band ([SVG]({rel}/curves.svg)); "
               f"per-domain last-5 accuracy beside the paper's ([SVG]({rel}/bars.svg)).", "",
               f"![accuracy over rounds]({rel}/curves.png)", "", f"![per-domain accuracy beside the paper]({rel}/bars.png)", ""]
@@ -218,9 +236,9 @@ def report(table: str, profile: str, runs: list[RunConfig], results_dir: Path) -
     lines += [f"Code: commit {' | '.join(sorted({commit_label(p) for p in provs}))}. "
               f"Hardware: {' | '.join(sorted({hardware_label(p) for p in provs}))}.", ""]
     results_dir.mkdir(parents=True, exist_ok=True)
-    atomic_write(results_dir / f"table{table}.md", "\n".join(lines))
+    atomic_write(results_dir / f"{name}.md", "\n".join(lines))
     df = pd.DataFrame(csv_rows)
-    atomic_write(results_dir / f"table{table}.csv", df.to_csv(index=False))
+    atomic_write(results_dir / f"{name}.csv", df.to_csv(index=False))
     log_wandb(table, profile, df, figs)
     return df
 
@@ -233,7 +251,8 @@ def log_wandb(table: str, profile: str, df: pd.DataFrame, figs: dict) -> None:
         return
     import wandb
 
-    run = wandb.init(project="fedproto-bench", group=f"table{table}-{profile}", name=f"table{table}-{profile}-report",
+    name = report_name(table)
+    run = wandb.init(project="fedproto-bench", group=f"{name}-{profile}", name=f"{name}-{profile}-report",
                      mode=mode, job_type="report", reinit="create_new")
     curves = figs["curves"][figs["curves"].domain == "AVG"]
     charts = {}
@@ -243,7 +262,7 @@ def log_wandb(table: str, profile: str, df: pd.DataFrame, figs: dict) -> None:
             xs=[g["round"].tolist() for g in lines.values()], ys=[g["mean"].tolist() for g in lines.values()],
             keys=list(lines), title=f"{ds}: AVG accuracy per round (mean over seeds)", xname="round")
     images = {f"figures/{p.stem}": wandb.Image(str(p)) for p in figs["files"] if p.suffix == ".png"}
-    run.log({f"table{table}": wandb.Table(dataframe=df), **charts, **images})
+    run.log({name: wandb.Table(dataframe=df), **charts, **images})
     run.finish()
 
 
@@ -287,9 +306,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {e}", file=sys.stderr)
         return 2
     for t in tables:
-        print((results_dir / f"table{t}.md").read_text())
-        print(f"report: {results_dir / f'table{t}.md'} and .csv ({len(dfs[t])} cells); "
-              f"figures: {results_dir / 'figures' / f'table{t}'}/")
+        name = report_name(t)
+        print((results_dir / f"{name}.md").read_text())
+        print(f"report: {results_dir / f'{name}.md'} and .csv ({len(dfs[t])} cells); "
+              f"figures: {results_dir / 'figures' / name}/")
     return 0
 
 

@@ -3,12 +3,14 @@ class means of them, global prototypes the mean over clients, L_APC the CPCL-for
 8-client split on the real data."""
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
 
-from benchmark.config import CLIENT_PCT, RunConfig
+from benchmark.config import RunConfig
 from benchmark.data import partition_domain, plan_clients, to_tensor_images
 from benchmark.methods import METHODS
 from benchmark.transforms import augment, normalize, random_erasing
@@ -119,14 +121,21 @@ def test_server_global_prototypes_are_unweighted_means_over_holders():
     assert torch.isnan(p[2]).all()
 
 
-def test_fedapc_split_counts_on_the_real_data(data_root):
-    """8 clients: Digits MNIST 2 / USPS 1 / SVHN 2 / SYN 3 at 1 %, Office Caltech 3 / Amazon 2 / Webcam 2 /
-    DSLR 1 at 20 % of the training split."""
-    digits = RunConfig(method="fedapc", dataset="digits", split="fedapc").clients_per_domain
-    office = RunConfig(method="fedapc", dataset="office_caltech", split="fedapc").clients_per_domain
+def test_fedapc_presets_and_their_client_counts_on_the_real_data(data_root):
+    """The presets: batch 32, lr 0.01, 100 rounds (the paper), momentum 0.9, 10 local epochs (ours); 8 clients:
+    Digits MNIST 2 / USPS 1 / SVHN 2 / SYN 3 at 1 %, Office Caltech 3 / Amazon 2 / Webcam 2 / DSLR 1 at 20 % of
+    the training split."""
+    cfgs = {p: RunConfig.from_preset(p, method="fedapc") for p in ("fedapc-digits", "fedapc-office")}
+    for p, cfg in cfgs.items():
+        assert (cfg.preset, cfg.split, cfg.batch_size, cfg.lr, cfg.rounds, cfg.momentum, cfg.local_epochs,
+                cfg.weight_decay, cfg.drop_last) == (p, "fedapc", 32, 0.01, 100, 0.9, 10, 1e-5, False)
+    assert RunConfig.from_preset("fedapc-digits", method="fedapc", local_epochs=2).local_epochs == 2  # overridable
+    digits, office = cfgs["fedapc-digits"], cfgs["fedapc-office"]
+    assert (digits.dataset, office.dataset) == ("digits", "office_caltech")
+    assert (digits.dataset_spec.client_pct, office.dataset_spec.client_pct) == (0.01, 0.2)
+    digits, office = digits.clients_per_domain, office.clients_per_domain
     assert digits == {"mnist": 2, "usps": 1, "svhn": 2, "syn": 3}
     assert office == {"caltech": 3, "amazon": 2, "webcam": 2, "dslr": 1}
-    assert CLIENT_PCT == {"digits": 0.01, "office_caltech": 0.2}
     no_svhn = {d: n for d, n in digits.items() if d != "svhn"}  # no full SVHN in the shared data
     counts = {}
     for c in plan_clients(data_root, "digits", no_svhn, 0.01, seed=0):
@@ -138,3 +147,52 @@ def test_fedapc_split_counts_on_the_real_data(data_root):
         counts.setdefault(c["domain"], []).append(c["num_samples"])
     # int(0.2 x 899, 768, 237, 127): the training split of 1123, 958, 295, 157 images
     assert counts == {"caltech": [179] * 3, "amazon": [153] * 2, "webcam": [47] * 2, "dslr": [25]}
+
+
+# --------------------------------------------------------------------------- make table-fedapc PROFILE=smoke
+
+TABLE_METHODS = ["fedavg", "moon", "fedproto", "fedapc", "fedapc_noaug"]
+
+
+@pytest.fixture(scope="module")
+def table(ray_cluster, data_root, tmp_path_factory):
+    from ray_jobs.sweep import main
+
+    out = tmp_path_factory.mktemp("table-fedapc")
+    assert main(["--table", "fedapc", "--profile", "smoke", "--domains", "mnist,usps,syn", "--results-dir", str(out),
+                 "--data-root", str(data_root)]) == 0
+    return out
+
+
+def test_table_fedapc_smoke_report_beside_tables_1_and_2(table, data_root, capsys):
+    import pandas as pd
+
+    from ray_jobs.sweep import main
+
+    md = (table / "tablefedapc.md").read_text()
+    assert "FedAPC Tables I and II" in md.splitlines()[0] and "SMOKE SETTINGS" in md.splitlines()[0]
+    assert "Preset fedapc-digits: 2 rounds x 1 local epochs, batch 32" in md and "Preset fedapc-office" in md
+    assert "| up MB | down MB |" in md
+    df = pd.read_csv(table / "tablefedapc.csv")
+    assert sorted(set(zip(df.method, df.dataset))) == sorted((m, d) for m in TABLE_METHODS for d in ("digits", "office_caltech"))
+    cell = lambda m, d, dom: df[(df.method == m) & (df.dataset == d) & (df.domain == dom)].iloc[0]  # noqa: E731
+    assert cell("fedapc", "office_caltech", "dslr")["paper"] == 60.00  # Table I
+    assert cell("fedavg", "office_caltech", "AVG")["paper"] == 60.52
+    assert cell("fedapc_noaug", "office_caltech", "caltech")["paper"] == 64.17  # Table II
+    assert cell("fedapc_noaug", "digits", "AVG of 3")["paper"] == pytest.approx((94.26 + 84.34 + 55.83) / 3)
+    for m in TABLE_METHODS:
+        for ds, n_clients in (("digits", 6), ("office_caltech", 8)):
+            run = table / "runs" / f"{m}-{ds}{'-no_svhn' if ds == 'digits' else ''}-fedapc-seed0"
+            config = json.loads((run / "config.json").read_text())
+            summary = json.loads((run / "summary.json").read_text())
+            assert (config["split"], config["batch_size"], len(config["clients"])) == ("fedapc", 32, n_clients)
+            for dom, v in summary["last5"].items():
+                c = cell(m, ds, dom if dom != "AVG" or ds == "office_caltech" else "AVG of 3")
+                assert c["ours_mean"] == pytest.approx(v, abs=1e-4)
+            comm = summary["communication"]["per_client_per_round"]
+            assert c["up_bytes"] == pytest.approx(comm["up_bytes"]) and c["down_bytes"] == pytest.approx(comm["down_bytes"])
+            assert (comm["up_prototypes"] > 0) == (m not in ("fedavg", "moon"))
+    capsys.readouterr()
+    assert main(["--table", "fedapc", "--profile", "smoke", "--domains", "mnist,usps,syn", "--results-dir", str(table),
+                 "--data-root", str(data_root)]) == 0  # resumable: nothing runs again
+    assert "10 of 10 runs already complete; running 0" in capsys.readouterr().out

@@ -163,3 +163,23 @@ def test_nothing_written_holds_a_secret(smoke, data_root, tmp_path):
     assert any(p.suffix == ".wandb" for p in (tmp_path / "wandb").rglob("*"))  # the report's W&B run
     for secret in (ray_token, wandb_key):
         assert [p for p in files if secret.encode() in p.read_bytes()] == []
+
+
+def test_table_all_runs_every_method_but_the_variants_and_picks_up_a_later_one(data_root, tmp_path):
+    """`make table-all`: every registered method that is not an ablation variant, on both datasets, FPL's protocol;
+    a method registered after the sweep module was imported joins without an edit."""
+    from benchmark.methods import METHODS as REGISTRY, Method, register
+    from lightning_modules.fedavg import FedAvgClient, FedAvgServer
+
+    runs = plan("all", "smoke", ["mnist", "usps", "syn"], tmp_path, str(data_root))
+    own = [m for m, spec in REGISTRY.items() if spec.variant_of is None]
+    assert {"fedavg", "fpl", "fedapc"} <= set(own) and not {"fpl_cpcl_only", "fedapc_noaug"} & set(own)
+    assert [(c.method, c.dataset) for c in runs] == [(m, d) for d in ("digits", "office_caltech") for m in own]
+    assert {(c.preset, c.split, c.batch_size, c.local_epochs) for c in runs} == {("fpl-digits", "code", 64, 1),
+                                                                                ("fpl-office", "default", 64, 1)}
+    register(Method(name="later_method", client=FedAvgClient, server=FedAvgServer))
+    try:
+        later = plan("all", "smoke", ["mnist", "usps", "syn"], tmp_path, str(data_root))
+        assert [c.method for c in later if c.dataset == "digits"] == [*own, "later_method"]
+    finally:
+        del REGISTRY["later_method"]
