@@ -3,12 +3,13 @@
 
 Hyperparameter defaults are PROTOCOL.md's; each is overridable on the command line
 (`--hp name=value`), reaches the client module and the server rule as `hparams`, and is
-recorded in config.json. A paper's ablations (FPL's, FedPLVM's, FedAPC's) are named variants of its method (same client
-module and server rule, other switches; `variant_of` names the method, and tables of every
-method, `make table-all`, leave variants out). "dev. N" is README's deviation N.
+recorded in config.json. A paper's ablations are named variants of its method: the same client
+module and server rule, other switches; `register` marks them (`variant_of`, the method
+registered first with that pair), and tables of every method, `make table-all`, leave them out. "dev. N" is README's deviation N.
 """
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from typing import Callable
 
@@ -88,13 +89,19 @@ class Method:
     # a client's model options by client id (build_model's kwargs), for methods whose clients differ
     # in architecture (FedProto-mh); None: every client has the dataset's model as it is
     client_model: Callable[[int], dict] | None = None
-    variant_of: str | None = None  # an ablation: the method it varies (None: a method of its own)
+    variant_of: str | None = None  # an ablation: the method it varies (None: a method of its own; `register` sets it)
 
 
 METHODS: dict[str, Method] = {}
 
 
 def register(method: Method) -> Method:
+    """Add `method` to the registry. One with the same client module and server rule as a method registered
+    before it is a variant of that method (an ablation: other switches), unless it names what it varies."""
+    if method.variant_of is None:
+        same = [m.name for m in METHODS.values() if (m.client, m.server) == (method.client, method.server)]
+        if same:
+            method = dataclasses.replace(method, variant_of=same[0])
     METHODS[method.name] = method
     return method
 
@@ -188,7 +195,7 @@ FPL_DEFAULTS = dict(
 def fpl_variant(name: str, description: str, **switches) -> Method:
     """FPL with some of its switches changed: the paper's ablations."""
     return register(Method(name=name, client=FPLClient, server=FPLServer, defaults={**FPL_DEFAULTS, **switches},
-                           validate=_check_fpl, description=description, variant_of=None if name == "fpl" else "fpl"))
+                           validate=_check_fpl, description=description))
 
 
 fpl_variant("fpl", "FPL: CPCL + UPCR")
@@ -256,7 +263,7 @@ register(Method(
 ))
 register(Method(
     name="fedapc_noaug", client=FedAPCClient, server=FedAPCServer, defaults={**FEDAPC_DEFAULTS, "augment": False},
-    validate=_check_fedapc, description="FedAPC Table II: prototypes without augmentation", variant_of="fedapc",
+    validate=_check_fedapc, description="FedAPC Table II: prototypes without augmentation",
 ))
 
 TABLE2_METHODS = ["fedavg", "fedprox", "moon", "feddyn", "fedopt", "fedproc", "fedproto", "fpl"]

@@ -177,9 +177,15 @@ def test_table_all_runs_every_method_but_the_variants_and_picks_up_a_later_one(d
     assert [(c.method, c.dataset) for c in runs] == [(m, d) for d in ("digits", "office_caltech") for m in own]
     assert {(c.preset, c.split, c.batch_size, c.local_epochs) for c in runs} == {("fpl-digits", "code", 64, 1),
                                                                                 ("fpl-office", "default", 64, 1)}
-    register(Method(name="later_method", client=FedAvgClient, server=FedAvgServer))
+    class LaterClient(FedAvgClient):
+        pass
+
+    register(Method(name="later_method", client=LaterClient, server=FedAvgServer))
+    # the same client module and server rule as a method before it: a variant (an ablation), left out
+    register(Method(name="later_variant", client=LaterClient, server=FedAvgServer, defaults={"x": 1}))
     try:
+        assert (REGISTRY["later_method"].variant_of, REGISTRY["later_variant"].variant_of) == (None, "later_method")
         later = plan("all", "smoke", ["mnist", "usps", "syn"], tmp_path, str(data_root))
         assert [c.method for c in later if c.dataset == "digits"] == [*own, "later_method"]
     finally:
-        del REGISTRY["later_method"]
+        del REGISTRY["later_method"], REGISTRY["later_variant"]
