@@ -30,14 +30,14 @@ def tiny_run(root, out, **kw) -> list[dict]:
 
 @pytest.fixture(scope="module")
 def prototype_runs(ray_cluster, data_root, tmp_path_factory):
-    """FedAvg, FPL and FedProto over 2 rounds; FedProc over 6, so that its InfoNCE weight a = 1 - r / 5 is
+    """FedAvg, FPL, FedProto and FedAPC over 2 rounds; FedProc over 6, so that its InfoNCE weight a = 1 - r / 5 is
     non-zero in rounds 1 to 4 (with 2 rounds it would be 0 in round 1)."""
-    rounds = {"fedavg": 2, "fpl": 2, "fedproto": 2, "fedproc": 6}
+    rounds = {"fedavg": 2, "fpl": 2, "fedproto": 2, "fedproc": 6, "fedapc": 2}
     outs = {m: tmp_path_factory.mktemp(m) for m in rounds}
     return {m: (tiny_run(data_root, outs[m], method=m, rounds=r), outs[m]) for m, r in rounds.items()}
 
 
-@pytest.mark.parametrize("method", ["fpl", "fedproto", "fedproc"])
+@pytest.mark.parametrize("method", ["fpl", "fedproto", "fedproc", "fedapc"])
 def test_prototype_term_reaches_every_client_from_round_1(prototype_runs, method):
     fedavg, rows = prototype_runs["fedavg"][0], prototype_runs[method][0]
     assert sorted(rows[0]["client_loss"]) == sorted(fedavg[0]["client_loss"]) == ["0", "1", "2", "3", "4"]
