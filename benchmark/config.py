@@ -218,9 +218,6 @@ class RunConfig:
             raise ConfigError(f"unknown hyperparameter(s) {unknown_hp} for {self.method}; it takes: {known}.")
         set_("hparams", {**spec.defaults, **self.hparams})
         spec.validate(self.hparams)
-        if not spec.server.averages_weights and not self.dataset_spec.ways:
-            raise ConfigError(f"{self.method} keeps no global model, so it needs a protocol that tests each client on "
-                              f"its own test samples: use --preset fedproto-mnist-n3 (or -n4, -n5), not {self.dataset}.")
         if spec.client_model is not None and self.dataset_spec.model != "cnn_mnist":
             raise ConfigError(f"{self.method} varies the MNIST CNN's conv2 width per client; use --preset "
                               f"fedproto-mnist-n3 (or -n4, -n5), not {self.dataset} ({self.dataset_spec.model}).")

@@ -15,7 +15,8 @@ each client keeps its own model here from round to round, beside its client stat
 its own seeded initialisation; the group then returns no weight sum. A method may give clients
 models of other architectures (`Method.client_model`, FedProto-mh): the group holds one module per
 architecture. Protocols with per-client test sets (clients with `test_indices`) are evaluated here
-(`evaluate`), each client on its own test samples with its own model (or the global one).
+(`evaluate`), each client on its own test samples with its own model (or the global one); so are
+clients without a global model on a protocol of domain test sets, each on its domain's.
 
 Engines (`engine` in the config): `sequential` trains the clients one after
 another with `fit_local`; `fused` trains the clients of equal size (equal step
@@ -34,7 +35,7 @@ import torch
 
 from benchmark.communication import count
 from benchmark.config import ENGINES, RunConfig
-from benchmark.data import load_domain, to_tensor_images
+from benchmark.data import eval_subset, load_domain, to_tensor_images
 from benchmark.methods import METHODS
 from benchmark.provenance import describe_process
 from benchmark.server import RoundPayload, State, accumulate
@@ -93,9 +94,18 @@ class ClientGroup:
         self.clients = clients
         spec = cfg.dataset_spec
         domains = sorted({c["domain"] for c in clients})
-        own_tests = {c["domain"] for c in clients if "test_indices" in c}  # domains whose clients have own test samples
-        raw = {d: load_domain(Path(data_root), cfg.dataset, d, need_test=d in own_tests, per_class=spec.per_class)
+        # clients tested in the group: those with their own test samples, and under a rule that averages no
+        # weights (no global model) every client, on its domain's test set (as capped by eval_max)
+        own_weights = not METHODS[cfg.method].server.averages_weights
+        whole = {c["domain"] for c in clients if "test_indices" not in c and own_weights}
+        tested = whole | {c["domain"] for c in clients if "test_indices" in c}
+        raw = {d: load_domain(Path(data_root), cfg.dataset, d, need_test=d in tested, per_class=spec.per_class)
                for d in domains}
+        domain_tests = {}  # one copy of a domain's test set for its clients here
+        for d in whole:
+            keep = eval_subset(len(raw[d].test_y), cfg.eval_max)
+            domain_tests[d] = (to_tensor_images(raw[d].test_x[keep], spec.image_size, spec.channels).to(self.device),
+                               torch.from_numpy(raw[d].test_y[keep]).to(self.device), list(range(spec.num_classes)))
         self.data, self.test_data = {}, {}
         for c in clients:
             dom = raw[c["domain"]]
@@ -107,6 +117,8 @@ class ClientGroup:
                 tidx = np.asarray(c["test_indices"])
                 self.test_data[c["id"]] = (to_tensor_images(dom.test_x[tidx], spec.image_size, spec.channels).to(self.device),
                                            torch.from_numpy(dom.test_y[tidx]).to(self.device), c["classes"])
+            elif own_weights:
+                self.test_data[c["id"]] = domain_tests[c["domain"]]
         # one module per architecture (its weights are a client's starting state before each fit)
         self.module = self.make_module(self.model_kwargs(clients[0]))
         self.arch_modules = {self.arch(c): self.make_module(self.model_kwargs(c)) for c in clients

@@ -4,7 +4,10 @@ aggregation, prototype clustering, evaluation of the global model on every domai
 Under a rule that averages no weights (FedProto as published, Local) the driver holds no
 global model: only the payload travels. Protocols with per-client test sets (FedProto's
 n-way k-shot split) are evaluated in the client groups, each client with the model it ends
-the round with; the accuracy is the mean over clients of their accuracies.
+the round with; the accuracy is the mean over clients of their accuracies. Without a global
+model on a protocol of domain test sets (FedProto as published in `make table-all`) each client
+tests its own model on its domain's test set in its group; a domain's accuracy is the mean over
+its clients.
 
 `Driver` is a plain class: the Ray executor runs it as an actor and holds the
 client groups in Ray actors; the local executor runs both in this process. The
@@ -42,6 +45,16 @@ def client_mean_accuracy(per_client: dict[int, dict]) -> dict[str, float]:
     rules = [rule for rule in ("classifier", "prototype") if all(rule in a for a in per.values())]
     acc = {rule: float(np.mean([a[rule] for a in per.values()])) for rule in rules}
     return {**acc, "AVG": acc.get("prototype", acc["classifier"])}
+
+
+def domain_mean_accuracy(per_client: dict[int, dict], domain_of: dict[int, str], domains: list[str]) -> dict[str, float]:
+    """Clients tested on their domain's test set with their own models: per domain the mean over its clients,
+    AVG the mean over domains (unweighted, as for a global model), by the rule `client_mean_accuracy` reports
+    (the nearest global prototype when there are global prototypes, FedProto's inference, else the classifier)."""
+    per = client_accuracies(per_client)
+    rule = "prototype" if all("prototype" in a for a in per.values()) else "classifier"
+    acc = {d: float(np.mean([a[rule] for c, a in per.items() if domain_of[int(c)] == d])) for d in domains}
+    return {**acc, "AVG": float(np.mean([acc[d] for d in domains]))}
 
 
 def assign_groups(clients: list[dict], num_groups: int) -> list[list[dict]]:
@@ -170,12 +183,16 @@ class Driver:
         self.model = model.to(self.device)
         self.payload = None  # round 0: no prototypes yet
         self.client_test_sizes = {c["id"]: len(c["test_indices"]) for c in clients if "test_indices" in c}
-        self.test_sets = {}
+        # no global model on a protocol of domain test sets: each client's own model on its domain's (in its group)
+        self.domain_of = {} if self.rule.averages_weights or self.client_test_sizes else {c["id"]: c["domain"] for c in clients}
+        self.test_sets, self.domain_test_sizes = {}, {}  # the global model's test sets; their sizes
         for d in ([] if self.client_test_sizes else cfg.domains):
             dom = load_domain(Path(data_root), cfg.dataset, d, need_train=False, per_class=spec.per_class)
             keep = eval_subset(len(dom.test_y), cfg.eval_max)
-            self.test_sets[d] = (to_tensor_images(dom.test_x[keep], spec.image_size, spec.channels).to(self.device),
-                                 torch.from_numpy(dom.test_y[keep]).to(self.device))
+            self.domain_test_sizes[d] = len(keep)
+            if not self.domain_of:  # (else the client groups hold them)
+                self.test_sets[d] = (to_tensor_images(dom.test_x[keep], spec.image_size, spec.channels).to(self.device),
+                                     torch.from_numpy(dom.test_y[keep]).to(self.device))
         mean_size = float(np.mean([c["num_samples"] for c in clients]))  # data_share: n_k / mean n (FedDyn's alpha_k)
         clients = [{**c, "data_share": c["num_samples"] / mean_size} for c in clients]
         executor = RayExecutor if cfg.executor == "ray" else LocalExecutor
@@ -213,7 +230,7 @@ class Driver:
     def test_sizes(self) -> dict[str, int]:
         if self.client_test_sizes:
             return {f"client{c}": n for c, n in sorted(self.client_test_sizes.items())}
-        return {d: len(y) for d, (_, y) in self.test_sets.items()}
+        return dict(self.domain_test_sizes)
 
     def run_round(self, r: int) -> dict:
         t0 = time.perf_counter()
@@ -237,8 +254,13 @@ class Driver:
         # its clients' own models of this round back
         self.executor.client_states.update({cid: st for res in results for cid, st in res["states"].items()})
         self.executor.states_round = r
-        per_client = self.evaluate_clients() if self.client_test_sizes else None
-        acc = self.evaluate() if per_client is None else client_mean_accuracy(per_client)
+        per_client = self.evaluate_clients() if self.client_test_sizes or self.domain_of else None
+        if per_client is None:
+            acc = self.evaluate()
+        elif self.domain_of:
+            acc = domain_mean_accuracy(per_client, self.domain_of, self.cfg.domains)
+        else:
+            acc = client_mean_accuracy(per_client)
         t4 = time.perf_counter()
         losses = {cid: l for res in results for cid, l in res["losses"].items()}
         train_s = max(res["train_s"] for res in results)

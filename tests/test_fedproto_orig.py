@@ -8,6 +8,7 @@ import pytest
 import torch
 
 from benchmark.config import RunConfig
+from benchmark.data import eval_subset, load_domain, to_tensor_images
 from benchmark.fewshot import nway_kshot_split
 from benchmark.methods import METHODS
 from benchmark.prototypes import nearest_prototype
@@ -18,9 +19,10 @@ from lightning_modules.fedavg import FedAvgClient
 from lightning_modules.fedproto import FedProtoClient, FedProtoRound
 from lightning_modules.fedproto_orig import FedProtoOrigServer, fedproto_mh_model
 from lightning_modules.local import LocalServer
+from lightning_modules.resnet import build_model
 from lightning_modules.base import own_initialisation
 from ray_jobs.clients import ClientGroup
-from ray_jobs.driver import Driver, client_mean_accuracy
+from ray_jobs.driver import Driver, client_mean_accuracy, domain_mean_accuracy
 from ray_jobs.run import RunError, run
 from ray_jobs.run import plan_run_clients as planned_clients
 
@@ -241,3 +243,49 @@ def test_resumed_run_keeps_the_clients_own_models(data_root, tmp_path):
     strip = lambda rows: [(r["round"], r["accuracy"], r["client_accuracy"], r["client_loss"]) for r in rows]  # noqa: E731
     assert strip(read_jsonl(out / "metrics.jsonl")) == strip(read_jsonl(tmp_path / "ref" / "metrics.jsonl"))
     assert resumed["final"] == ref["final"]
+
+
+def test_domain_mean_accuracy_by_hand():
+    """Own models on domain test sets: a domain's accuracy is the mean over its clients, AVG the mean over domains."""
+    per_client = {0: {"n": 10, "classifier": 9, "prototype": 10}, 1: {"n": 10, "classifier": 5, "prototype": 6},
+                  2: {"n": 4, "classifier": 1, "prototype": 3}}
+    domain_of = {0: "mnist", 1: "mnist", 2: "usps"}
+    # mnist (100 + 60) / 2 = 80 by prototypes, usps 75; AVG (80 + 75) / 2, not the mean over the three clients
+    assert domain_mean_accuracy(per_client, domain_of, ["mnist", "usps"]) == {"mnist": 80.0, "usps": 75.0, "AVG": 77.5}
+    no_protos = {c: {"n": r["n"], "classifier": r["classifier"]} for c, r in per_client.items()}
+    assert domain_mean_accuracy(no_protos, domain_of, ["usps", "mnist"]) == {"usps": 25.0, "mnist": 70.0, "AVG": 47.5}
+
+
+def test_own_models_on_a_domain_protocol(data_root):
+    """FedProto as published under FPL's Office-Caltech protocol (make table-all): each client's own model is
+    tested on its domain's test set (as capped by eval_max); a client's recorded prototype accuracy equals its
+    model's nearest-global-prototype accuracy computed here, and the domain accuracies are the means over
+    their clients."""
+    cfg = RunConfig.from_preset("fpl-office", method="fedproto_orig", rounds=1, local_epochs=1, eval_max=30,
+                                data_root=str(data_root), executor="local")
+    clients = planned_clients(cfg)
+    driver = Driver(cfg, clients, str(data_root))
+    assert driver.global_state is None and driver.test_sets == {}
+    assert driver.test_sizes() == {d: 30 for d in cfg.domains}
+    rec = driver.run_round(0)
+    per = rec["client_accuracy"]
+    assert sorted(per, key=int) == [str(c["id"]) for c in clients]
+    domain_of = {str(c["id"]): c["domain"] for c in clients}
+    for d in cfg.domains:
+        assert rec["accuracy"][d] == pytest.approx(np.mean([a["prototype"] for c, a in per.items() if domain_of[c] == d]))
+    assert rec["accuracy"]["AVG"] == pytest.approx(np.mean([rec["accuracy"][d] for d in cfg.domains]))
+    # client 0 (caltech), recomputed from its own model
+    states = {cid: s for part in driver.executor.map("own_model_states") for cid, s in part.items()}
+    spec = cfg.dataset_spec
+    net = build_model(spec.model, spec.num_classes)
+    net.load_state_dict(states[0])
+    net.eval()
+    dom = load_domain(data_root, "office_caltech", clients[0]["domain"], need_train=False)
+    keep = eval_subset(len(dom.test_y), 30)
+    x = spec.transform.eval(to_tensor_images(dom.test_x[keep], spec.image_size, spec.channels))
+    with torch.no_grad():
+        logits, z = net(x)
+    y = torch.from_numpy(dom.test_y[keep])
+    pred = nearest_prototype(z, driver.payload.global_protos, torch.arange(spec.num_classes))
+    assert per["0"]["prototype"] == pytest.approx(100.0 * float((pred == y).float().mean()))
+    assert per["0"]["classifier"] == pytest.approx(100.0 * float((logits.argmax(1) == y).float().mean()))

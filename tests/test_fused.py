@@ -40,7 +40,7 @@ def shards(data_root):
 def make_group(method: str, engine: str, shards, dtype, precision="32-true") -> ClientGroup:
     spec = METHODS[method]
     group = ClientGroup.__new__(ClientGroup)
-    # a method that keeps no global model runs only on FedProto's protocol (its cfg; the data here is injected)
+    # the methods that keep no global model are tested on FedProto's protocol (its cfg; the data here is injected)
     dataset = "digits" if spec.server.averages_weights else "mnist"
     group.cfg = RunConfig(method=method, dataset=dataset, seed=3, local_epochs=2, batch_size=4, engine=engine)
     group.device = torch.device("cpu")
