@@ -189,3 +189,39 @@ def test_table_all_runs_every_method_but_the_variants_and_picks_up_a_later_one(d
         assert [c.method for c in later if c.dataset == "digits"] == [*own, "later_method"]
     finally:
         del REGISTRY["later_method"], REGISTRY["later_variant"]
+
+
+def test_table_all_smoke_shares_table2_runs_and_reports_communication(smoke, data_root, tmp_path, capsys):
+    """`make table-all PROFILE=smoke` after `make table2` (a copy of its results, local executor): Table 2's 16
+    runs are reused, only the other methods run; every method is a row on both datasets with the paper value
+    where FPL's Table 2 has one, and the MB a client uploads and receives per round: ResNet-10's state_dict
+    each way for FedAvg, nothing for Local, only prototypes for FedProto as published."""
+    from benchmark.communication import count
+    from benchmark.methods import METHODS as REGISTRY
+    from lightning_modules.resnet import ResNet10
+
+    copy = tmp_path / "all"
+    shutil.copytree(smoke, copy)
+    own = [m for m, spec in REGISTRY.items() if spec.variant_of is None]
+    assert main(["--table", "all", "--profile", "smoke", "--domains", "mnist,usps,syn", "--results-dir", str(copy),
+                 "--data-root", str(data_root), "--executor", "local"]) == 0
+    out = capsys.readouterr().out
+    assert f"16 of {2 * len(own)} runs already complete; running {2 * len(own) - 16}" in out
+    df = pd.read_csv(copy / "tableall.csv")
+    assert sorted(set(zip(df.method, df.dataset))) == sorted((m, d) for m in own for d in ("digits", "office_caltech"))
+    avg = df[df.domain.str.startswith("AVG")].set_index(["method", "dataset"])
+    assert avg.loc[("fpl", "office_caltech"), "paper"] == paper_avg("fpl")
+    assert np.isnan(avg.loc[("fedapc", "office_caltech"), "paper"]) and np.isnan(avg.loc[("local", "digits"), "paper"])
+    weights = count(ResNet10(10).state_dict())[1]
+    for ds in ("digits", "office_caltech"):
+        assert avg.loc[("fedavg", ds), "up_bytes"] == avg.loc[("fedavg", ds), "down_bytes"] == weights
+        assert avg.loc[("local", ds), "up_bytes"] == avg.loc[("local", ds), "down_bytes"] == 0
+        assert 0 < avg.loc[("fedproto_orig", ds), "up_bytes"] <= 10 * 512 * 4  # at most one prototype per class
+        assert avg.loc[("fpl", ds), "up_bytes"] > weights
+    md = (copy / "tableall.md").read_text()
+    assert f"| {weights / 1e6:.3f} | {weights / 1e6:.3f} |" in md and "| 0.000 | 0.000 |" in md
+
+
+def paper_avg(method: str) -> float:
+    from benchmark import paper
+    return paper.TABLE2[method]["office_caltech"]["AVG"]
