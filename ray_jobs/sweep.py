@@ -229,7 +229,7 @@ def report(table: str, profile: str, runs: list[RunConfig], results_dir: Path) -
     figs = table_figures(table, [Path(c.out) for c in runs], fig_dir, f"{spec.title}, {profile} profile")
     rel = f"figures/{name}"
     lines += [f"Figures: accuracy over rounds per method, mean over seeds with a ± std band ([SVG]({rel}/curves.svg)); "
-              f"per-domain last-5 accuracy beside the paper's ([SVG]({rel}/bars.svg)).", "",
+              f"per-domain accuracy ({METRICS[spec.metric]}) beside the paper's ([SVG]({rel}/bars.svg)).", "",
               f"![accuracy over rounds]({rel}/curves.png)", "", f"![per-domain accuracy beside the paper]({rel}/bars.png)", ""]
     lines += [RUNS_LINE + ", ".join(sorted({c.run_name for c in runs})), ""]
     provs = [json.loads((Path(c.out) / "config.json").read_text()).get("provenance") for c in runs]
