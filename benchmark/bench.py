@@ -5,14 +5,19 @@
     model small enough that the overhead is visible; Lightning's own Trainer
     (checkpoint, logger, progress bar, model summary all off) for comparison.
 (2) ResNet-10 training images per second through both loops, and their ratio.
-(3) One small FPL round through Ray, split into its phases.
+(3) One small FPL round through Ray, split into its phases (share of the round in %).
 (4) The client engines: images per second of a group of equal-size clients trained
     one after another (`--engine sequential`) and as one batched computation
-    (`--engine fused`), and their ratio; on the CPU small settings.
-(5) On a GPU only: per-phase round times with each engine (in-process executor)
-    and, with --full-runs, the wall time of one full FPL run on Digits and on
-    Office-Caltech (the paper's protocol, in-process executor, engine auto).
-Prints a report and saves it to results/perf/bench-<device>.txt.
+    (`--engine fused`), and their ratio; on a GPU in 32-true and bf16-mixed, on the
+    CPU in 32-true with small settings.
+(5) On a GPU: per-phase round times with each engine (in-process executor) and,
+    with --full-runs, the wall time of one full FPL run on Office-Caltech with each
+    engine and on Digits with the engine auto (the paper's protocol, in-process
+    executor, the domains whose files the data root holds).
+`--profile small` runs every section, (5) included, on any device with small
+settings (rounds, clients, samples): the test of this script's code paths.
+Prints a report and saves it to results/perf/bench-<device>.txt (on a GPU, <device>
+is its name, e.g. bench-nvidia-h100-80gb-hbm3.txt).
 """
 from __future__ import annotations
 
@@ -144,7 +149,8 @@ def resnet_throughput(device, n, epochs, repeats):
     return images / t_plain, images / t_ours
 
 
-def engine_throughput(device, method: str, clients: int, n: int, epochs: int, repeats: int):
+def engine_throughput(device, method: str, clients: int, n: int, epochs: int, repeats: int,
+                      precision: str = "32-true"):
     """Images/s of `clients` ResNet-10 clients of n samples each: fit_local one after another vs fit_fused."""
     from benchmark.methods import METHODS
     from lightning_modules.fused import fit_fused
@@ -155,6 +161,7 @@ def engine_throughput(device, method: str, clients: int, n: int, epochs: int, re
     data = [(torch.randint(0, 256, (n, 3, 32, 32), dtype=torch.uint8, device=device),
              torch.randint(0, 10, (n,), device=device)) for _ in range(clients)]
     module = spec.client(ResNet10(10), spec.defaults).to(device)
+    module.precision_mode = precision
     start = {k: v.clone() for k, v in ResNet10().state_dict().items()}
 
     def start_client(i):
@@ -173,8 +180,22 @@ def engine_throughput(device, method: str, clients: int, n: int, epochs: int, re
     return images / t_seq, images / t_fused
 
 
-def round_phases(executor="ray", engine="auto", method="fpl", dataset="office_caltech", **kw):
-    """The phases of the second round of a small run (or, with kw, any run): returns (cfg, phases, wall_s)."""
+def present_domains(dataset: str) -> tuple[list[str], list[str]]:
+    """The dataset's domains whose files the data root holds (verified), and those it lacks."""
+    from benchmark.data import DATASETS, DataError, check_domains_present, resolve_data_root
+
+    root, have, lack = resolve_data_root(None), [], []
+    for d in DATASETS[dataset]:
+        try:
+            check_domains_present(root, dataset, [d])
+            have.append(d)
+        except DataError:
+            lack.append(d)
+    return have, lack
+
+
+def round_phases(executor="ray", engine="auto", method="fpl", dataset="office_caltech", **settings):
+    """The phases of the last round of a run (`settings` over the paper's protocol): returns (cfg, phases, wall_s)."""
     import tempfile
 
     from benchmark.config import RunConfig
@@ -182,7 +203,6 @@ def round_phases(executor="ray", engine="auto", method="fpl", dataset="office_ca
 
     os.environ.setdefault("WANDB_MODE", "disabled")
     with tempfile.TemporaryDirectory() as out:
-        settings = kw or dict(rounds=2, local_epochs=1, client_fraction=0.3, eval_max=None)
         cfg = RunConfig(method=method, dataset=dataset, out=out, num_actors=2, executor=executor, engine=engine, **settings)
         t = time.perf_counter()
         run(cfg, quiet=True)
@@ -192,23 +212,52 @@ def round_phases(executor="ray", engine="auto", method="fpl", dataset="office_ca
         return cfg, read_jsonl(Path(out) / "metrics.jsonl")[-1]["time_s"], wall
 
 
+def shares(phases: dict) -> str:
+    """Each phase's seconds and its share of the round."""
+    return "  ".join(f"{k} {v:.3f}s ({100 * v / phases['round']:.0f}%)" for k, v in phases.items() if k != "round") + \
+        f"  round {phases['round']:.3f}s"
+
+
+SMALL_RUN = dict(rounds=2, local_epochs=1, eval_max=None)  # (3) and (5): the second round of this run is measured
+# sizes per profile: (2) images and repeats, (4) clients/samples/repeats, methods and precisions, (5) the small runs
+PROFILES = {
+    "cpu": dict(resnet=(192, 1, 3), engines=(3, 128, 1, 2), methods=("fedavg",), precisions=("32-true",),
+                phases=dict(client_fraction=0.3)),
+    "cuda": dict(resnet=(640, 2, 5), engines=(10, 600, 1, 3), methods=("fedavg", "fpl"),
+                 precisions=("32-true", "bf16-mixed"), phases=dict(client_fraction=0.3)),
+    "small": dict(resnet=(64, 1, 1), engines=(2, 64, 1, 1), methods=("fedavg", "fpl"),
+                  precisions=("32-true", "bf16-mixed"), phases=dict(client_fraction=0.05, eval_max=50),
+                  full=dict(rounds=1, local_epochs=1, client_fraction=0.05, eval_max=50)),
+}
+TARGETS_S = {"digits": 120, "office_caltech": 20}  # issue 6: a full FPL run on one H100
+
+
+def device_slug(device: torch.device) -> str:
+    if device.type != "cuda":
+        return device.type
+    return "-".join("".join(ch if ch.isalnum() else " " for ch in torch.cuda.get_device_name(device).lower()).split())
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--device", default="auto")
     ap.add_argument("--skip-ray", action="store_true", help="skip (3), e.g. on a machine without Ray")
     ap.add_argument("--out-dir", default="results/perf")
     ap.add_argument("--full-runs", action="store_true",
-                    help="on a GPU: also time one full FPL run on Digits and one on Office-Caltech (minutes)")
+                    help="on a GPU: also time full FPL runs on Office-Caltech and Digits (minutes)")
+    ap.add_argument("--profile", default="auto", choices=["auto", "small"],
+                    help="auto: the sizes for the device; small: every section with small settings (a test)")
     args = ap.parse_args(argv)
     device = torch.device("cuda" if args.device == "auto" and torch.cuda.is_available() else
                           ("cpu" if args.device == "auto" else args.device))
+    prof = PROFILES["small" if args.profile == "small" else ("cuda" if device.type == "cuda" else "cpu")]
     lines = []
     say = lambda s="": (print(s, flush=True), lines.append(s))  # noqa: E731
-    hw = torch.cuda.get_device_name(0) if device.type == "cuda" else f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores"
+    hw = torch.cuda.get_device_name(device) if device.type == "cuda" else f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores"
     say(f"make bench  {time.strftime('%Y-%m-%d %H:%M')}  device: {device} ({hw}), torch {torch.__version__}, "
-        f"{torch.get_num_threads()} threads, load average {os.getloadavg()[0]:.1f} at start")
+        f"{torch.get_num_threads()} threads, load average {os.getloadavg()[0]:.1f} at start, profile {args.profile}")
     say()
-    steps, t_plain, t_ours, t_trainer = loop_overhead(device)
+    steps, t_plain, t_ours, t_trainer = loop_overhead(device, repeats=15 if args.profile == "auto" else 2)
     say(f"(1) client loop overhead, tiny model, {steps} steps of batch 64 per client-round (best of 15, interleaved)")
     say(f"    plain PyTorch loop        {1e3 * t_plain:8.2f} ms per client-round  {1e3 * t_plain / steps:7.3f} ms per step")
     say(f"    LightningModule fit_local {1e3 * t_ours:8.2f} ms per client-round  {1e3 * t_ours / steps:7.3f} ms per step")
@@ -217,7 +266,7 @@ def main(argv=None):
         f"{1e3 * (t_ours - t_plain):+.2f} ms per client-round (target <= 0.1 ms and <= 5 ms)")
     say(f"    overhead of Trainer.fit: {1e3 * (t_trainer - t_plain):+.2f} ms per client-round")
     say()
-    n, epochs, repeats = (640, 2, 5) if device.type == "cuda" else (192, 1, 3)
+    n, epochs, repeats = prof["resnet"]
     ips_plain, ips_ours = resnet_throughput(device, n, epochs, repeats)
     say(f"(2) ResNet-10 training throughput ({n * epochs} images per measurement, batch 64)")
     say(f"    plain PyTorch loop        {ips_plain:9.1f} images/s")
@@ -225,35 +274,44 @@ def main(argv=None):
     say(f"    ratio fit_local / plain   {ips_ours / ips_plain:9.3f}")
     if not args.skip_ray:
         say()
-        cfg, phases, _ = round_phases()
+        cfg, phases, _ = round_phases(**{**SMALL_RUN, **prof["phases"]})
         say(f"(3) one FPL round through Ray: Office-Caltech, {cfg.num_actors} client actors, 10 clients at "
-            f"{cfg.client_fraction:g} of their data, 1 local epoch, full test sets (second round)")
+            f"{cfg.client_fraction:g} of their data, 1 local epoch, "
+            f"{'full test sets' if cfg.eval_max is None else f'test sets capped at {cfg.eval_max}'} (second round)")
         for k, v in phases.items():
-            say(f"    {k:24s} {v:8.3f} s")
+            say(f"    {k:24s} {v:8.3f} s  {100 * v / phases['round']:5.1f}%")
     say()
-    clients, n, epochs, repeats = (10, 600, 1, 3) if device.type == "cuda" else (3, 128, 1, 2)
+    clients, n, epochs, repeats = prof["engines"]
     say(f"(4) client engines: {clients} clients of {n} samples, {epochs} local epoch, batch 64, ResNet-10 "
         f"(best of {repeats}, interleaved)")
-    for method in ("fedavg", "fpl") if device.type == "cuda" else ("fedavg",):
-        ips_seq, ips_fused = engine_throughput(device, method, clients, n, epochs, repeats)
-        say(f"    {method:8s} sequential {ips_seq:9.1f} images/s   fused {ips_fused:9.1f} images/s   "
-            f"fused / sequential {ips_fused / ips_seq:6.3f}")
-    if device.type == "cuda":
+    for method in prof["methods"]:
+        for precision in prof["precisions"]:
+            ips_seq, ips_fused = engine_throughput(device, method, clients, n, epochs, repeats, precision)
+            say(f"    {method:8s} {precision:10s} sequential {ips_seq:9.1f} images/s   fused {ips_fused:9.1f} images/s   "
+                f"fused / sequential {ips_fused / ips_seq:6.3f}")
+    if device.type == "cuda" or args.profile == "small":
         say()
-        say("(5) one FPL round on Office-Caltech in process, per phase (second round of a 2-round, 1-epoch run)")
+        say(f"(5) one FPL round on Office-Caltech in process, per phase and share of the round (second round of a "
+            f"2-round, 1-epoch run at {prof['phases']['client_fraction']:g} of the data)")
         for engine in ("sequential", "fused"):
-            _, phases, _ = round_phases("local", engine)
-            say(f"    {engine:10s} " + "  ".join(f"{k} {v:.3f}s" for k, v in phases.items()))
-        if args.full_runs:
-            for dataset in ("digits", "office_caltech"):
-                cfg, phases, wall = round_phases("local", "auto", "fpl", dataset, eval_max=None)
-                say(f"    full FPL {dataset}: {cfg.rounds} rounds x {cfg.local_epochs} epochs, engine auto: "
-                    f"wall {wall:.1f} s; last round " + "  ".join(f"{k} {v:.3f}s" for k, v in phases.items()))
+            _, phases, _ = round_phases("local", engine, **{**SMALL_RUN, **prof["phases"]})
+            say(f"    {engine:10s} {shares(phases)}")
+        if args.full_runs or args.profile == "small":
+            full = prof.get("full", dict(eval_max=None))
+            for dataset, engines in (("office_caltech", ("sequential", "fused")), ("digits", ("auto",))):
+                domains, lacking = present_domains(dataset)
+                for engine in engines:
+                    cfg, phases, wall = round_phases("local", engine, "fpl", dataset, domains=domains, **full)
+                    say(f"    full FPL {dataset}{' without ' + ', '.join(lacking) if lacking else ''}: {cfg.rounds} rounds x "
+                        f"{cfg.local_epochs} epochs, engine {engine}: wall {wall:.1f} s (target {TARGETS_S[dataset]} s); "
+                        f"last round {shares(phases)}")
     out = Path(args.out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    path = out / f"bench-{device.type}.txt"
-    path.write_text("\n".join(lines) + "\n\ncommand: make bench (python -m benchmark.bench)\n")
+    path = out / f"bench-{device_slug(device)}.txt"
+    flags = " ".join(argv if argv is not None else __import__("sys").argv[1:])
+    path.write_text("\n".join(lines) + f"\n\ncommand: python -m benchmark.bench {flags}".rstrip() + "\n")
     print(f"\nsaved: {path}")
+    return path
 
 
 if __name__ == "__main__":

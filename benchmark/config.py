@@ -20,6 +20,12 @@ from benchmark.transforms import Transform
 
 ENGINES = ("auto", "sequential", "fused")  # client training engines (ray_jobs.clients)
 DEVICES = ("auto", "cpu", "cuda")  # --device (auto: cuda when the process sees a GPU)
+# how a protocol averages the clients' weights (rules that weight by sample count: FedAvg and those built on it):
+# by sample count (FPL's RethinkFL code) or each client alike (FedPLVM's `average_weights`)
+AGGREGATIONS = ("samples", "uniform")
+# where clients start round 0: one initialisation for all (FPL's code) or each its own, seeded from (seed, client
+# id) (FedPLVM's main.py builds one model per client; they meet at the first average)
+CLIENT_INITS = ("shared", "own")
 PRECISIONS = ("32-true", "bf16-mixed")  # Lightning's precision names (lightning_modules.base.precision_context)
 
 # Client splits per dataset (clients per domain, in domain order). PROTOCOL.md sections 1 and 3.
@@ -77,7 +83,8 @@ DATASET_SPECS: dict[str, DatasetSpec] = {
 
 # A paper's run protocol by name: RunConfig field values (the dataset's own protocol is its DatasetSpec).
 _FPL = dict(rounds=100, local_epochs=10, batch_size=64, lr=0.01, momentum=0.9, weight_decay=1e-5)
-_FEDPLVM = dict(local_epochs=2, batch_size=32, lr=0.01, momentum=0.5, weight_decay=1e-5, drop_last=True)
+_FEDPLVM = dict(local_epochs=2, batch_size=32, lr=0.01, momentum=0.5, weight_decay=1e-5, drop_last=True,
+                aggregation="uniform", client_init="own")
 # FedAPC states its 8-client split, batch 32, lr 0.01 and 100 rounds; momentum, weight decay and local epochs
 # are RethinkFL's, whose data protocol it uses (README, FedAPC)
 _FEDAPC = dict(split="fedapc", rounds=100, local_epochs=10, batch_size=32, lr=0.01, momentum=0.9, weight_decay=1e-5)
@@ -132,6 +139,8 @@ class RunConfig:
     momentum: float = 0.9
     weight_decay: float = 1e-5
     drop_last: bool = False  # drop each epoch's last short batch (FedPLVM)
+    aggregation: str = "samples"  # samples | uniform (AGGREGATIONS)
+    client_init: str = "shared"  # shared | own (CLIENT_INITS)
     preset: str | None = None  # the PRESETS entry this config came from (recorded; from_preset sets it)
     hparams: dict = field(default_factory=dict)  # the method's hyperparameters (defaults from the registry)
     client_fraction: float = 1.0  # scales every client's sample count (small settings)
@@ -194,6 +203,10 @@ class RunConfig:
             raise ConfigError(f"unknown executor {self.executor!r}; choose ray or local.")
         if self.engine not in ENGINES:
             raise ConfigError(f"unknown engine {self.engine!r}; choose one of: {', '.join(ENGINES)}.")
+        if self.aggregation not in AGGREGATIONS:
+            raise ConfigError(f"unknown aggregation {self.aggregation!r}; choose one of: {', '.join(AGGREGATIONS)}.")
+        if self.client_init not in CLIENT_INITS:
+            raise ConfigError(f"unknown client initialisation {self.client_init!r}; choose one of: {', '.join(CLIENT_INITS)}.")
         if self.precision not in PRECISIONS:
             raise ConfigError(f"unknown precision {self.precision!r}; choose one of: {', '.join(PRECISIONS)}.")
         if self.preset is not None and self.preset not in PRESETS:

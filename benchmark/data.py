@@ -311,6 +311,15 @@ def eval_subset(n: int, cap: int | None) -> np.ndarray:
     return np.sort(np.random.default_rng(0).permutation(n)[:cap])
 
 
+def domain_test_set(dom: Domain, spec, eval_max: int | None, cap: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """A domain's test images (uint8, at `spec`'s image size and channels) and labels as a run evaluates them:
+    all, or the fixed subset `eval_subset` keeps under `eval_max`; `cap` keeps a further fixed subset of those."""
+    keep = eval_subset(len(dom.test_y), eval_max)
+    if cap is not None:
+        keep = keep[eval_subset(len(keep), cap)]
+    return to_tensor_images(dom.test_x[keep], spec.image_size, spec.channels), torch.from_numpy(dom.test_y[keep])
+
+
 def plan_clients(root: Path, dataset: str, clients_per_domain: dict[str, int], pct: float | None, seed: int,
                  fraction: float = 1.0, per_class: tuple[int, int] | None = None, ways: int | None = None) -> list[dict]:
     """Every client's id, domain and training indices, domains and clients in order.

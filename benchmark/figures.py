@@ -22,7 +22,7 @@ from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
 
 from benchmark import paper
-from benchmark.data import DATASETS, DataError, eval_subset, load_domain, resolve_data_root, to_tensor_images
+from benchmark.data import DATASETS, DataError, domain_test_set, load_domain, resolve_data_root
 from benchmark.results import MODEL_FILE, read_jsonl
 
 FORMATS = ("png", "svg")
@@ -218,13 +218,11 @@ def test_features(run_dir: Path, per_domain: int, data_root: str | None = None) 
     parts = []
     for dom in cfg["domains"]:
         d = load_domain(root, cfg["dataset"], dom, need_train=False, per_class=spec.per_class)
-        keep = eval_subset(len(d.test_y), cfg.get("eval_max"))
-        keep = keep[eval_subset(len(keep), per_domain)]
+        x, y = domain_test_set(d, spec, cfg.get("eval_max"), per_domain)
         with torch.no_grad():
-            x = to_tensor_images(d.test_x[keep], spec.image_size, spec.channels)
             z = torch.cat([model.features(spec.transform.eval(x[i : i + 500])) for i in range(0, len(x), 500)]).numpy()
         part = pd.DataFrame(z, columns=[f"f{i}" for i in range(z.shape[1])])
-        part.insert(0, "label", d.test_y[keep])
+        part.insert(0, "label", y.numpy())
         part.insert(0, "domain", dom)
         parts.append(part)
     return pd.concat(parts, ignore_index=True)

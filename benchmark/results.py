@@ -52,13 +52,16 @@ def summarize(cfg: dict, clients: list[dict], rounds: list[dict]) -> dict:
 
 
 PROTOCOL_KEYS = ("method", "dataset", "split", "domains", "seed", "rounds", "local_epochs", "batch_size", "lr",
-                 "momentum", "weight_decay", "drop_last", "hparams", "client_fraction", "eval_max", "precision")
+                 "momentum", "weight_decay", "drop_last", "aggregation", "client_init", "hparams", "client_fraction",
+                 "eval_max", "precision")
+# keys added since runs were first recorded: a run folder without one ran with its value here
+LATER_KEYS = {"aggregation": "samples", "client_init": "shared"}
 
 
 def protocol(cfg) -> dict:
     """What makes two runs the same experiment (from a RunConfig or its dict)."""
     d = cfg if isinstance(cfg, dict) else cfg.to_dict()
-    return {k: d[k] for k in PROTOCOL_KEYS}
+    return {k: d[k] if k in d or k not in LATER_KEYS else LATER_KEYS[k] for k in PROTOCOL_KEYS}
 
 
 def is_complete(run_dir: Path, expected: dict | None = None) -> bool:

@@ -35,7 +35,7 @@ import torch
 
 from benchmark.communication import count
 from benchmark.config import ENGINES, RunConfig
-from benchmark.data import eval_subset, load_domain, to_tensor_images
+from benchmark.data import domain_test_set, load_domain, to_tensor_images
 from benchmark.methods import METHODS
 from benchmark.provenance import describe_process
 from benchmark.server import RoundPayload, State, accumulate
@@ -103,9 +103,8 @@ class ClientGroup:
                for d in domains}
         domain_tests = {}  # one copy of a domain's test set for its clients here
         for d in whole:
-            keep = eval_subset(len(raw[d].test_y), cfg.eval_max)
-            domain_tests[d] = (to_tensor_images(raw[d].test_x[keep], spec.image_size, spec.channels).to(self.device),
-                               torch.from_numpy(raw[d].test_y[keep]).to(self.device), list(range(spec.num_classes)))
+            x, y = domain_test_set(raw[d], spec, cfg.eval_max)
+            domain_tests[d] = (x.to(self.device), y.to(self.device), list(range(spec.num_classes)))
         self.data, self.test_data = {}, {}
         for c in clients:
             dom = raw[c["domain"]]
@@ -156,14 +155,19 @@ class ClientGroup:
                                                           **self.model_kwargs(c))
         return self.own_models[c["id"]]
 
+    @property
+    def engine(self) -> str:
+        """The engine the group trains with (`auto` resolved for its device)."""
+        return resolve_engine(self.cfg.engine, self.device)
+
     def describe(self) -> dict:
         """Provenance: this process's machine, the engine it trains with and its clients."""
-        return {**describe_process(self.device), "engine": resolve_engine(self.cfg.engine, self.device),
+        return {**describe_process(self.device), "engine": self.engine,
                 "clients": [c["id"] for c in self.clients]}
 
     def subgroups(self) -> list[list[dict]]:
         """Clients trained together: one by one (sequential), or those of equal size and architecture (fused)."""
-        if resolve_engine(self.cfg.engine, self.device) == "sequential":
+        if self.engine == "sequential":
             return [[c] for c in self.clients]
         by_size: dict[tuple, list[dict]] = {}
         for c in self.clients:
@@ -171,16 +175,23 @@ class ClientGroup:
             by_size.setdefault(key, []).append(c)
         return list(by_size.values())
 
-    def start_weights(self, c: dict, global_state: State | None) -> State:
-        """Client c's weights before its fit: the global ones, or its own under a rule that averages none."""
-        return global_state if METHODS[self.cfg.method].server.averages_weights else self.own_model(c)
+    def start_weights(self, c: dict, global_state: State | None, round_idx: int | None = None) -> State:
+        """Client c's weights before its fit of round `round_idx` (None: at the round's end, to test it): the
+        global ones; its own under a rule that averages none; under the protocol's `client_init="own"` its own
+        initialisation in round 0 (seeded from (seed, client id), FedPLVM's one model per client)."""
+        if not METHODS[self.cfg.method].server.averages_weights:
+            return self.own_model(c)
+        if round_idx == 0 and self.cfg.client_init == "own":
+            net = self.module_for(c).net
+            return own_initialisation(type(net), net.num_classes, self.cfg.seed, c["id"], **self.model_kwargs(c))
+        return global_state
 
     def start_client(self, c: dict, global_state: State | None, payload: RoundPayload | None, round_idx: int) -> None:
         """Client c's starting state in its module: its starting weights, its own state, the round's inputs."""
         module = self.module_for(c)
         state = (self.client_states[c["id"]] if c["id"] in self.client_states
                  else module.initial_client_state(self.cfg.seed, c))
-        module.start_round(round_idx, payload, self.start_weights(c, global_state), state)
+        module.start_round(round_idx, payload, self.start_weights(c, global_state, round_idx), state)
         if self.cfg.test_faults.get("nan_loss") == [round_idx, c["id"]]:  # test-only: a non-finite loss
             with torch.no_grad():
                 next(module.net.parameters()).fill_(float("nan"))
@@ -248,7 +259,8 @@ class ClientGroup:
                 losses[cid] = member_losses[i]
                 self.client_states[cid] = module.client_state()
                 if rule.averages_weights:
-                    w = rule.client_weight(cfg.hparams, n)
+                    # the protocol's aggregation: by sample count, or each client alike (as if of one sample)
+                    w = rule.client_weight(cfg.hparams, n if cfg.aggregation == "samples" else 1)
                     weight_sum = accumulate(weight_sum, weights, w)
                     total += w
                 else:
@@ -277,7 +289,8 @@ class ClientGroup:
         classifier's argmax, and, when the payload holds global prototypes, by the nearest global prototype
         (L2) among the client's own classes."""
         protos = getattr(payload, "global_protos", None)
-        out = {}
+        rules = ("classifier", "prototype") if protos is not None else ("classifier",)
+        correct = {}  # per client its counts by rule, on the device: one host sync for every client
         for c in self.clients:
             if c["id"] not in self.test_data:
                 continue
@@ -285,14 +298,17 @@ class ClientGroup:
             module = self.module_for(c)
             module.net.load_state_dict(self.start_weights(c, global_state))
             module.eval()
-            cls = proto = 0
+            counts = torch.zeros(len(rules), dtype=torch.long, device=y.device)
             for i in range(0, len(y), batch_size):
                 with precision_context(self.cfg.precision, self.device):
                     logits, z = module.net(module.transform.eval(x[i:i + batch_size]))
                 yb = y[i:i + batch_size]
-                cls += int((logits.argmax(1) == yb).sum())
+                counts[0] += (logits.argmax(1) == yb).sum()
                 if protos is not None:
                     pred = nearest_prototype(z.float(), protos.to(z.device), torch.as_tensor(classes, device=z.device))
-                    proto += int((pred == yb).sum())
-            out[c["id"]] = {"n": len(y), "classifier": cls, **({"prototype": proto} if protos is not None else {})}
-        return out
+                    counts[1] += (pred == yb).sum()
+            correct[c["id"]] = counts
+        if not correct:
+            return {}
+        counts = torch.stack(list(correct.values())).tolist()
+        return {cid: {"n": len(self.test_data[cid][1]), **dict(zip(rules, n))} for cid, n in zip(correct, counts)}

@@ -23,7 +23,7 @@ import torch
 
 from benchmark import communication
 from benchmark.config import RunConfig
-from benchmark.data import eval_subset, load_domain, to_tensor_images
+from benchmark.data import domain_test_set, load_domain
 from benchmark.methods import METHODS
 from benchmark.provenance import describe_process
 from benchmark.server import weighted_mean
@@ -85,7 +85,9 @@ class Executor:
 
 
 class LocalExecutor(Executor):
-    """Client groups as plain objects in this process."""
+    """Client groups as plain objects in this process, one after another."""
+
+    parallel = False  # a round's local training is the sum of the groups' times
 
     def __init__(self, cfg: RunConfig, groups: list[list[dict]], data_root: str):
         super().__init__()
@@ -106,6 +108,8 @@ class RayExecutor(Executor):
     is made again after the group got its clients' states as of the round's start: the clients are
     rebuilt from their data and those states, and the round completes with the same result. After
     `actor_restarts` restarts of one actor the run stops naming its clients."""
+
+    parallel = True  # the groups train at the same time: a round's local training is the slowest group's
 
     def __init__(self, cfg: RunConfig, groups: list[list[dict]], data_root: str):
         import ray
@@ -187,12 +191,11 @@ class Driver:
         self.domain_of = {} if self.rule.averages_weights or self.client_test_sizes else {c["id"]: c["domain"] for c in clients}
         self.test_sets, self.domain_test_sizes = {}, {}  # the global model's test sets; their sizes
         for d in ([] if self.client_test_sizes else cfg.domains):
-            dom = load_domain(Path(data_root), cfg.dataset, d, need_train=False, per_class=spec.per_class)
-            keep = eval_subset(len(dom.test_y), cfg.eval_max)
-            self.domain_test_sizes[d] = len(keep)
+            x, y = domain_test_set(load_domain(Path(data_root), cfg.dataset, d, need_train=False, per_class=spec.per_class),
+                                   spec, cfg.eval_max)
+            self.domain_test_sizes[d] = len(y)
             if not self.domain_of:  # (else the client groups hold them)
-                self.test_sets[d] = (to_tensor_images(dom.test_x[keep], spec.image_size, spec.channels).to(self.device),
-                                     torch.from_numpy(dom.test_y[keep]).to(self.device))
+                self.test_sets[d] = (x.to(self.device), y.to(self.device))
         mean_size = float(np.mean([c["num_samples"] for c in clients]))  # data_share: n_k / mean n (FedDyn's alpha_k)
         clients = [{**c, "data_share": c["num_samples"] / mean_size} for c in clients]
         executor = RayExecutor if cfg.executor == "ray" else LocalExecutor
@@ -263,10 +266,11 @@ class Driver:
             acc = client_mean_accuracy(per_client)
         t4 = time.perf_counter()
         losses = {cid: l for res in results for cid, l in res["losses"].items()}
-        train_s = max(res["train_s"] for res in results)
+        train_s = (max if self.executor.parallel else sum)(res["train_s"] for res in results)
         notes, self.executor.notes[:] = list(self.executor.notes), []
         sent_weights = {cid: n for res in results for cid, n in res["sent_weights"].items()}
-        shares = self.rule.averages_weights
+        # the global weights travel to the clients but in round 0 under client_init="own" (each starts from its own)
+        shares = self.rule.averages_weights and not (r == 0 and self.cfg.client_init == "own")
         comm = {str(c): communication.client_round(
             sent_weights[c], protos[c] if self.payload is not None else None,  # prototypes travel when the rule uses them
             sent_state if shares else None, sent_payload) for c in sorted(sent_weights)}
@@ -302,13 +306,14 @@ class Driver:
         on every domain's test set; AVG unweighted."""
         self.model.load_state_dict(self.rule.evaluated_state(self.global_state))
         self.model.eval()
-        acc = {}
+        correct = {}  # counts stay on the device: one host sync for all test sets
         for d, (x, y) in self.test_sets.items():
-            correct = 0
+            correct[d] = torch.zeros((), dtype=torch.long, device=y.device)
             for i in range(0, len(y), batch_size):
                 with precision_context(self.cfg.precision, self.device):
                     logits, _ = self.model(self.cfg.dataset_spec.transform.eval(x[i : i + batch_size]))
-                correct += int((logits.argmax(1) == y[i : i + batch_size]).sum())
-            acc[d] = 100.0 * correct / len(y)
+                correct[d] += (logits.argmax(1) == y[i : i + batch_size]).sum()
+        counts = torch.stack(list(correct.values())).tolist() if correct else []
+        acc = {d: 100.0 * n / len(self.test_sets[d][1]) for d, n in zip(correct, counts)}
         acc["AVG"] = float(np.mean([acc[d] for d in self.test_sets]))
         return acc

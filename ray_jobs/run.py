@@ -75,6 +75,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--lr", type=float, default=None, help=f"default {d['lr'].default}")
     p.add_argument("--momentum", type=float, default=None, help=f"default {d['momentum'].default}")
     p.add_argument("--seed", type=int, default=d["seed"].default)
+    p.add_argument("--aggregation", default=None,
+                   help="how the clients' weights are averaged: samples (by sample count, FPL's) or uniform (FedPLVM's)")
+    p.add_argument("--client-init", default=None,
+                   help="round 0's start: shared (one initialisation, FPL's) or own (one per client, FedPLVM's)")
     p.add_argument("--hp", action="append", default=[], metavar="NAME=VALUE", help="method hyperparameter, e.g. tau=0.02")
     p.add_argument("--client-fraction", type=float, default=1.0, help="scales every client's sample count")
     p.add_argument("--eval-max", type=int, default=None, help="caps each domain's test set")
@@ -106,7 +110,8 @@ def build_parser() -> argparse.ArgumentParser:
 def config_from_args(args) -> RunConfig:
     """The preset's protocol (FPL's defaults without one), with every flag given on the command line over it."""
     given = {k: v for k, v in dict(dataset=args.dataset, rounds=args.rounds, local_epochs=args.local_epochs,
-                                   batch_size=args.batch_size, lr=args.lr, momentum=args.momentum).items() if v is not None}
+                                   batch_size=args.batch_size, lr=args.lr, momentum=args.momentum,
+                                   aggregation=args.aggregation, client_init=args.client_init).items() if v is not None}
     make = (lambda **kw: RunConfig.from_preset(args.preset, **kw)) if args.preset else RunConfig
     return make(
         **given, method=args.method, split=args.split,
@@ -254,15 +259,20 @@ def run(cfg: RunConfig, quiet: bool = False, resume: bool = False,
         final = call("final_state")
         if final is not None:  # None: no global model (each client kept its own)
             recorder.save_model(final)
-    except Exception as e:  # the run stops; the folder keeps what it has, without summary.json
-        msg = str(getattr(e, "cause", None) or e).strip().splitlines()[-1] if str(e) else repr(e)
+    except (Exception, KeyboardInterrupt) as e:  # the run stops; the folder keeps what it has, without summary.json
+        if isinstance(e, KeyboardInterrupt):
+            msg = "interrupted (Ctrl-C)."
+        else:
+            msg = str(getattr(e, "cause", None) or e).strip().splitlines()[-1] if str(e) else repr(e)
         done = checkpoint.listing(ckpt_dir)
         msg += (f" The run folder keeps its rounds up to {int(done[0].stem.split('_')[1])} (checkpoint); to continue, "
                 f"{resume_hint}." if done else "")
-        if recorder:
+        if recorder:  # error.txt, and the W&B run finished as failed
             recorder.fail(msg)
         if cfg.executor == "ray":  # free its resources now: the traceback would keep the actors alive
             ray.kill(driver)  # (its client actors go with it)
+        if isinstance(e, KeyboardInterrupt):
+            raise
         raise RunError(msg) from e
     finally:
         if progress:

@@ -5,6 +5,7 @@ beside the paper.
     python -m ray_jobs.sweep --table fedproto [--profile full|smoke]   # FedProto's Table 1, its own report
     python -m ray_jobs.sweep --table fedapc    # FedAPC's Tables I and II under its 8-client protocol
     python -m ray_jobs.sweep --table all       # every registered method (not the ablation variants), FPL's protocol
+    python -m ray_jobs.sweep --table 2 --methods fedavg,fpl --seeds 0 --datasets digits   # part of a table
 
 The tables (their runs as method x preset, the paper's numbers, the metric, the seeds)
 are data in `benchmark.tables`.
@@ -77,6 +78,21 @@ def plan(table: str, profile: str, requested_domains: list[str] | None, results_
     return runs
 
 
+def select(table: str, profile: str, runs: list[RunConfig], methods: list[str] | None = None,
+           seeds: list[int] | None = None, datasets: list[str] | None = None) -> list[RunConfig]:
+    """The planned runs of the given methods, seeds and datasets (None: all), for a sweep that runs part of a
+    table."""
+    have = {"method": list(dict.fromkeys(c.method for c in runs)), "seed": list(TABLES[table].seeds_for(profile)),
+            "dataset": list(dict.fromkeys(c.dataset for c in runs))}
+    for key, asked in (("method", methods), ("seed", seeds), ("dataset", datasets)):
+        bad = [a for a in asked or [] if a not in have[key]]
+        if bad:
+            raise ConfigError(f"{key}(s) {bad} not in table {table} at the {profile} profile; choose from "
+                              f"{', '.join(map(str, have[key]))}.")
+    return [c for c in runs if (not methods or c.method in methods) and (not seeds or c.seed in seeds)
+            and (not datasets or c.dataset in datasets)]
+
+
 def execute(runs: list[RunConfig], parallel: int | None) -> list[str]:
     """Run what is not complete yet, concurrently where resources allow; returns the names run."""
     todo = [c for c in runs if not is_complete(Path(c.out), protocol(c))]
@@ -139,6 +155,7 @@ def report(table: str, profile: str, runs: list[RunConfig], results_dir: Path) -
     receives per round; rows more than 2 points from the paper flagged."""
     spec = TABLES[table]
     name, comm = report_name(table), spec.communication
+    planned, runs = len(runs), [c for c in runs if is_complete(Path(c.out), protocol(c))]  # a partial sweep: those run
     agg = collect(runs, spec.metric)
     ref = spec.paper
     lines, csv_rows = [], []
@@ -147,7 +164,12 @@ def report(table: str, profile: str, runs: list[RunConfig], results_dir: Path) -
     title += ", SMOKE SETTINGS: not comparable to the paper)" if profile == "smoke" else ")"
     if dropped:
         title += " — without " + ", ".join(f"{d} ({ds})" for ds, ds_d in dropped.items() for d in ds_d)
-    lines += [title, "", f"Seeds {list(spec.seeds_for(profile))}; accuracy (%) of the evaluated model, "
+    if len(runs) < planned:
+        title += f" — PARTIAL: {len(runs)} of its {planned} runs"
+    seeds_note = (f"Seeds {list(spec.seeds_for(profile))}" if len(runs) == planned else
+                  f"Seeds {list(spec.seeds_for(profile))} planned, not all run: a row is over the seeds it has, "
+                  "marked (n seeds) when fewer")
+    lines += [title, "", f"{seeds_note}; accuracy (%) of the evaluated model, "
               f"{METRICS[spec.metric]}; mean ± std over seeds (paper value, ours - paper). "
               f"⚠ = a compared cell more than {FLAG_POINTS:g} points from the paper."
               + (" Up / down MB: what one client uploads / receives per round (weights and prototypes; mean over "
@@ -172,7 +194,8 @@ def report(table: str, profile: str, runs: list[RunConfig], results_dir: Path) -
         order = sorted(methods, key=lambda m: -our_avg[m])
         paper_order = sorted(paper_avg, key=lambda m: -paper_avg[m])
         for m in methods:
-            cells, flag = [m], False
+            n_seeds = int(sub.loc[(m, "AVG"), "seeds"])
+            cells, flag = [m if n_seeds == len(spec.seeds_for(profile)) else f"{m} ({n_seeds} seed{'s' * (n_seeds > 1)})"], False
             for d in doms + ["AVG"]:
                 if d in dropped.get(ds, []):
                     cells.append("")
@@ -220,7 +243,7 @@ def report(table: str, profile: str, runs: list[RunConfig], results_dir: Path) -
                 got = [prototypes_received(Path(c.out)) for c in runs if c.dataset == ds and c.method == m]
                 pv = paper.FEDPLVM_TABLE4_PROTOTYPES.get(m)
                 lines.append(f"| {m} | {np.mean(got):.2f} | {'–' if pv is None else f'{pv:.2f}'} |")
-        if table == "3" and ds == "office_caltech":
+        if table == "3" and ds == "office_caltech" and {"fpl_cpcl_only", "fpl_cpcl_global"} <= set(our_avg):
             gap = our_avg["fpl_cpcl_only"] - our_avg["fpl_cpcl_global"]
             lines += ["", f"Fig. 5 (CPCL only, cluster minus global prototypes, AVG): ours {gap:+.2f}, "
                       f"paper {paper.FIG5_CLUSTER_MINUS_GLOBAL_AVG:+.2f}."]
@@ -279,6 +302,10 @@ def main(argv: list[str] | None = None) -> int:
                     help="a table, or a group of tables swept together: " + "; ".join(f"{g} = {', '.join(t)}" for g, t in GROUPS.items()))
     ap.add_argument("--profile", default="full", choices=sorted(PROFILES))
     ap.add_argument("--domains", default=None, help="comma-separated domains to use (others are left out)")
+    ap.add_argument("--methods", default=None, help="comma-separated: run only these of the table's methods "
+                    "(the report covers every run of the table that is complete)")
+    ap.add_argument("--seeds", default=None, help="comma-separated: run only these of the table's seeds")
+    ap.add_argument("--datasets", default=None, help="comma-separated: run only the table's runs on these datasets")
     ap.add_argument("--results-dir", default=None, help="default results/ (full) or results/smoke/ (smoke)")
     ap.add_argument("--data-root", default=None)
     ap.add_argument("--parallel", type=int, default=None, help="runs at once (default: as many as the cluster fits)")
@@ -294,7 +321,14 @@ def main(argv: list[str] | None = None) -> int:
     try:
         runs = {t: plan(t, args.profile, args.domains.split(",") if args.domains else None, results_dir,
                         args.data_root, extra) for t in tables}
-        execute(list({c.out: c for t in tables for c in runs[t]}.values()), args.parallel)  # a shared run once
+        methods = args.methods.split(",") if args.methods else None
+        try:
+            seeds = [int(s) for s in args.seeds.split(",")] if args.seeds else None
+        except ValueError:
+            raise ConfigError(f"--seeds takes comma-separated integers (got {args.seeds!r}).") from None
+        datasets = args.datasets.split(",") if args.datasets else None
+        chosen = {t: select(t, args.profile, runs[t], methods, seeds, datasets) for t in tables}
+        execute(list({c.out: c for t in tables for c in chosen[t]}.values()), args.parallel)  # a shared run once
         dfs = {}
         for t in tables:
             if t == "fedproto":  # per n and inference rule, beside the paper's Table 1 (ray_jobs.table_fedproto)

@@ -69,6 +69,13 @@ def test_unknown_precision(capsys, tmp_path, data_root):
     assert "unknown precision 'fp16'" in err and "32-true" in err and "bf16-mixed" in err
 
 
+def test_unknown_aggregation_or_client_init(capsys, tmp_path, data_root):
+    err = fails(capsys, ["--aggregation", "mean", "--data-root", str(data_root)], tmp_path)
+    assert "unknown aggregation 'mean'; choose one of: samples, uniform." in err
+    err = fails(capsys, ["--client-init", "random", "--data-root", str(data_root)], tmp_path)
+    assert "unknown client initialisation 'random'; choose one of: shared, own." in err
+
+
 def test_rounds_below_one(capsys, tmp_path, data_root):
     err = fails(capsys, ["--rounds", "0", "--data-root", str(data_root)], tmp_path)
     assert "rounds must be at least 1 (got 0)" in err

@@ -135,3 +135,47 @@ def test_drop_last_with_a_client_smaller_than_a_batch_is_refused(data_root, tmp_
     with pytest.raises(ConfigError, match=r"20 samples, no full batch of 32 with drop_last"):
         run(cfg, quiet=True)
     assert not (tmp_path / "r").exists()
+
+
+def test_fedplvm_protocol_starts_each_client_from_its_own_model_and_averages_them_alike(data_root):
+    """FedPLVM's main.py builds one model per client and its `average_weights` is a plain mean: round 0 of a
+    FedPLVM-protocol run, redone client by client from each client's own initialisation, must give the plain
+    mean of their trained weights (Office-10's DSLR client has 94 images, Webcam's 100: a sample-weighted
+    mean differs)."""
+    from benchmark.methods import METHODS
+    from lightning_modules.base import fit_local, own_initialisation
+    from ray_jobs.clients import client_generator
+    from ray_jobs.driver import Driver
+    from ray_jobs.run import plan_run_clients
+
+    cfg = RunConfig.from_preset("fedplvm-office10", method="fedavg", domains=["dslr", "webcam"], rounds=1,
+                                local_epochs=1, eval_max=10, executor="local", num_actors=1, device="cpu",
+                                data_root=str(data_root))
+    assert (cfg.aggregation, cfg.client_init) == ("uniform", "own")
+    clients = plan_run_clients(cfg)
+    assert sorted(c["num_samples"] for c in clients) == [94, 100]
+    driver = Driver(cfg, clients, str(data_root))
+    initial = {k: v.clone() for k, v in driver.global_state.items()}
+    rec = driver.run_round(0)
+    assert all(c["down_weights"] == 0 for c in rec["communication"]["per_client"].values())  # nothing sent in round 0
+
+    group = driver.executor.groups[0]
+    trained, sizes = [], []
+    for c in clients:
+        module = METHODS["fedavg"].client(build_model("resnet10_plvm", 10), {}, lr=cfg.lr, momentum=cfg.momentum,
+                                          weight_decay=cfg.weight_decay)
+        module.transform = cfg.dataset_spec.transform
+        start = own_initialisation(type(module.net), 10, cfg.seed, c["id"])
+        assert any(not torch.equal(start[k], initial[k]) for k in start)
+        module.start_round(0, None, start)
+        x, y = group.data[c["id"]]
+        fit_local(module, x, y, cfg.local_epochs, cfg.batch_size, client_generator(cfg.seed, 0, c["id"]), cfg.drop_last)
+        trained.append({k: v.detach().clone() for k, v in module.net.state_dict().items()})
+        sizes.append(len(y))
+    plain = {k: sum(t[k].double() for t in trained) / len(trained) for k in trained[0]}
+    by_samples = {k: sum(n * t[k].double() for n, t in zip(sizes, trained)) / sum(sizes) for k in trained[0]}
+    got = driver.global_state
+    for k, v in got.items():
+        if v.is_floating_point():
+            assert torch.allclose(v.double(), plain[k], rtol=0, atol=1e-6), k
+    assert max((got[k].double() - by_samples[k]).abs().max().item() for k in got if got[k].is_floating_point()) > 1e-4

@@ -213,6 +213,30 @@ def test_driver_killed_or_entry_point_interrupted_names_the_exact_resume_command
     assert len(err) == 1 and err[0].startswith("error: interrupted;") and err[0].endswith(f"To continue, {resume}")
 
 
+def test_ctrl_c_writes_error_txt_naming_the_kept_rounds_and_keeps_the_checkpoint(data_root, tmp_path):
+    """A real SIGINT to the entry point (in-process executor) mid-run: exit code 130, the run folder says
+    why it stopped (error.txt), keeps its checkpoint and claims no completion (no summary.json)."""
+    out = tmp_path / "run"
+    # 40 rounds (the last --rounds wins): a tiny round is fast, the signal must land mid-run
+    argv = [*FLAGS, "--rounds", "40", "--executor", "local", "--data-root", str(data_root), "--out", str(out)]
+    proc = subprocess.Popen([sys.executable, "-m", "ray_jobs.run", *argv], env={**os.environ, "PYTHONPATH": str(PROJECT)},
+                            cwd=PROJECT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        wait_for(lambda: checkpoint.checkpoint_path(out / checkpoint.DIR, 0).exists() or proc.poll() is not None,
+                 what="round 0's checkpoint")
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=120)
+    finally:
+        proc.kill()
+    assert proc.returncode == 130, err
+    done = int(checkpoint.listing(out / checkpoint.DIR)[0].stem.split("_")[1])
+    resume = "run: python -m ray_jobs.run " + " ".join([*argv, "--resume"])
+    assert (out / "error.txt").read_text() == (f"interrupted (Ctrl-C). The run folder keeps its rounds up to {done} "
+                                               f"(checkpoint); to continue, {resume}.\n")
+    assert not (out / "summary.json").exists()
+    assert done + 1 <= len(read_jsonl(out / "metrics.jsonl")) <= done + 2  # (a round logged, its checkpoint not yet)
+
+
 def test_sweep_resumes_an_interrupted_run_from_its_last_round(killed, reference, data_root, tmp_path, capsys):
     from ray_jobs.sweep import execute
 

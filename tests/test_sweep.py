@@ -94,6 +94,39 @@ def test_rerun_runs_nothing_and_a_deleted_summary_reruns_exactly_that_run(smoke,
     assert not is_complete(Path(runs[0].out), {**protocol(runs[0]), "local_epochs": 10})
 
 
+def test_a_partial_sweep_runs_what_it_names_and_reports_every_complete_run(smoke, data_root, tmp_path, capsys,
+                                                                          monkeypatch):
+    """`--methods/--seeds/--datasets` pick the runs to run; the report covers the table's complete runs, says it is
+    partial, and its cells are those of the full report (same runs, same numbers)."""
+    monkeypatch.setenv("WANDB_MODE", "disabled")  # (the full report's W&B run is tested below, alone in $WANDB_DIR)
+    copy = tmp_path / "part"
+    shutil.copytree(smoke, copy)
+    for run_dir in (copy / "runs").iterdir():  # only FedAvg and FPL stay complete
+        if not run_dir.name.startswith(("fedavg-", "fpl-")):
+            (run_dir / "summary.json").unlink()
+    args = [*ARGS, "--results-dir", str(copy), "--data-root", str(data_root), "--executor", "local"]
+    assert main([*args, "--methods", "fedavg,fpl", "--seeds", "0"]) == 0
+    assert "4 of 4 runs already complete; running 0" in capsys.readouterr().out
+    assert main([*args, "--methods", "fedprox", "--datasets", "office_caltech"]) == 0
+    assert "0 of 1 runs already complete; running 1" in capsys.readouterr().out
+    part, full = pd.read_csv(copy / "table2.csv"), pd.read_csv(smoke / "table2.csv")
+    assert sorted(set(zip(part.method, part.dataset))) == [("fedavg", "digits"), ("fedavg", "office_caltech"),
+                                                           ("fedprox", "office_caltech"), ("fpl", "digits"),
+                                                           ("fpl", "office_caltech")]
+    key = ["method", "dataset", "domain"]
+    both = part.merge(full, on=key, suffixes=("", "_full"))
+    assert len(both) == len(part) and np.allclose(both.ours_mean, both.ours_mean_full)
+    assert "PARTIAL: 5 of its 16 runs" in (copy / "table2.md").read_text().splitlines()[0]
+    for bad, message in ((["--methods", "fedx"], "method(s) ['fedx'] not in table 2 at the smoke profile; choose from "
+                                                 "fedavg, fedprox"),
+                         (["--seeds", "1"], "seed(s) [1] not in table 2 at the smoke profile; choose from 0."),
+                         (["--seeds", "one"], "--seeds takes comma-separated integers (got 'one')."),
+                         (["--datasets", "mnist"], "dataset(s) ['mnist'] not in table 2")):
+        assert main([*args, *bad]) == 2
+        err = capsys.readouterr().err
+        assert message in err and len(err.strip().splitlines()) == 1
+
+
 def test_report_links_its_figures_and_make_figures_redraws_them(smoke):
     md = (smoke / "table2.md").read_text()
     fig_dir = smoke / "figures" / "table2"

@@ -1,0 +1,61 @@
+"""`make bench`'s code paths, every section (the GPU-only ones included) with `--profile small` on the CPU:
+the report's figures are consistent with one another (ratios and shares recomputed from the printed values),
+and in process a round's local training is all of the groups' training (the groups run one after another)."""
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from benchmark import bench
+
+
+@pytest.fixture(scope="module")
+def report(ray_cluster, data_root, tmp_path_factory):
+    mp = pytest.MonkeyPatch()
+    mp.setenv("BENCH_DATA_ROOT", str(data_root))
+    mp.setenv("WANDB_MODE", "disabled")
+    try:
+        path = bench.main(["--profile", "small", "--out-dir", str(tmp_path_factory.mktemp("perf"))])
+    finally:
+        mp.undo()
+    return path.name, path.read_text()
+
+
+def phases(line: str) -> dict[str, tuple[float, float]]:
+    """{phase: (seconds, share in %)} of a printed round, and its total under 'round'."""
+    out = {k: (float(s), float(p)) for k, s, p in re.findall(r"(\w+) ([\d.]+)s \((\d+)%\)", line)}
+    out["round"] = (float(re.search(r"round ([\d.]+)s$", line).group(1)), 100.0)
+    return out
+
+
+def test_every_section_is_reported_and_saved_under_the_device_name(report):
+    name, text = report
+    assert name == "bench-cpu.txt"
+    for section in ("(1)", "(2)", "(3)", "(4)", "(5)"):
+        assert f"\n{section} " in text
+    assert "\ncommand: python -m benchmark.bench --profile small --out-dir " in text
+    # the engines of every method in both precisions, the ratio the printed rates' (4 significant digits printed)
+    rows = re.findall(r"(\w+) +(32-true|bf16-mixed) +sequential +([\d.]+) images/s +fused +([\d.]+) images/s +"
+                      r"fused / sequential +([\d.]+)", text)
+    assert {(m, p) for m, p, *_ in rows} == {(m, p) for m in ("fedavg", "fpl") for p in ("32-true", "bf16-mixed")}
+    for *_, seq, fused, ratio in rows:
+        assert float(ratio) == pytest.approx(float(fused) / float(seq), abs=2e-3)
+
+
+def test_phase_shares_add_up_and_in_process_training_is_the_sum_of_the_groups(report):
+    _, text = report
+    lines = [ln for ln in text.splitlines() if re.match(r" +(sequential|fused) +local_training", ln)
+             or ln.lstrip().startswith("full FPL")]
+    assert len(lines) == 5  # (5): two engines, then Office with two engines and Digits
+    assert "full FPL digits without svhn" in text  # the shared data root has no SVHN test set
+    for line in lines:
+        p = phases(line)
+        total = p.pop("round")[0]
+        assert sum(s for s, _ in p.values()) == pytest.approx(total, abs=5e-3)
+        for s, share in p.values():
+            # the share is printed rounded to 1%, from seconds that are themselves printed rounded to 1 ms
+            assert share == pytest.approx(100 * s / total, abs=0.5 + 100 * 1e-3 / total)
+        # two client groups in one process: the round's training is both groups' (not the slower one's, which
+        # would leave the other's time counted as transfer)
+        assert p["transfer_and_scheduling"][0] < 0.1 * p["local_training"][0]
