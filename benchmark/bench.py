@@ -25,6 +25,7 @@ import argparse
 import io
 import os
 import platform
+import sys
 import time
 import warnings
 from contextlib import redirect_stdout
@@ -220,11 +221,12 @@ def shares(phases: dict) -> str:
 
 SMALL_RUN = dict(rounds=2, local_epochs=1, eval_max=None)  # (3) and (5): the second round of this run is measured
 # sizes per profile: (2) images and repeats, (4) clients/samples/repeats, methods and precisions, (5) the small runs
+# (phases: on top of SMALL_RUN) and the full runs (full: on top of the preset)
 PROFILES = {
     "cpu": dict(resnet=(192, 1, 3), engines=(3, 128, 1, 2), methods=("fedavg",), precisions=("32-true",),
                 phases=dict(client_fraction=0.3)),
     "cuda": dict(resnet=(640, 2, 5), engines=(10, 600, 1, 3), methods=("fedavg", "fpl"),
-                 precisions=("32-true", "bf16-mixed"), phases=dict(client_fraction=0.3)),
+                 precisions=("32-true", "bf16-mixed"), phases=dict(client_fraction=0.3), full=dict(eval_max=None)),
     "small": dict(resnet=(64, 1, 1), engines=(2, 64, 1, 1), methods=("fedavg", "fpl"),
                   precisions=("32-true", "bf16-mixed"), phases=dict(client_fraction=0.05, eval_max=50),
                   full=dict(rounds=1, local_epochs=1, client_fraction=0.05, eval_max=50)),
@@ -251,6 +253,7 @@ def main(argv=None):
     device = torch.device("cuda" if args.device == "auto" and torch.cuda.is_available() else
                           ("cpu" if args.device == "auto" else args.device))
     prof = PROFILES["small" if args.profile == "small" else ("cuda" if device.type == "cuda" else "cpu")]
+    small_run = {**SMALL_RUN, **prof["phases"]}
     lines = []
     say = lambda s="": (print(s, flush=True), lines.append(s))  # noqa: E731
     hw = torch.cuda.get_device_name(device) if device.type == "cuda" else f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores"
@@ -274,7 +277,7 @@ def main(argv=None):
     say(f"    ratio fit_local / plain   {ips_ours / ips_plain:9.3f}")
     if not args.skip_ray:
         say()
-        cfg, phases, _ = round_phases(**{**SMALL_RUN, **prof["phases"]})
+        cfg, phases, _ = round_phases(**small_run)
         say(f"(3) one FPL round through Ray: Office-Caltech, {cfg.num_actors} client actors, 10 clients at "
             f"{cfg.client_fraction:g} of their data, 1 local epoch, "
             f"{'full test sets' if cfg.eval_max is None else f'test sets capped at {cfg.eval_max}'} (second round)")
@@ -294,21 +297,20 @@ def main(argv=None):
         say(f"(5) one FPL round on Office-Caltech in process, per phase and share of the round (second round of a "
             f"2-round, 1-epoch run at {prof['phases']['client_fraction']:g} of the data)")
         for engine in ("sequential", "fused"):
-            _, phases, _ = round_phases("local", engine, **{**SMALL_RUN, **prof["phases"]})
+            _, phases, _ = round_phases("local", engine, **small_run)
             say(f"    {engine:10s} {shares(phases)}")
         if args.full_runs or args.profile == "small":
-            full = prof.get("full", dict(eval_max=None))
             for dataset, engines in (("office_caltech", ("sequential", "fused")), ("digits", ("auto",))):
                 domains, lacking = present_domains(dataset)
                 for engine in engines:
-                    cfg, phases, wall = round_phases("local", engine, "fpl", dataset, domains=domains, **full)
+                    cfg, phases, wall = round_phases("local", engine, "fpl", dataset, domains=domains, **prof["full"])
                     say(f"    full FPL {dataset}{' without ' + ', '.join(lacking) if lacking else ''}: {cfg.rounds} rounds x "
                         f"{cfg.local_epochs} epochs, engine {engine}: wall {wall:.1f} s (target {TARGETS_S[dataset]} s); "
                         f"last round {shares(phases)}")
     out = Path(args.out_dir)
     out.mkdir(parents=True, exist_ok=True)
     path = out / f"bench-{device_slug(device)}.txt"
-    flags = " ".join(argv if argv is not None else __import__("sys").argv[1:])
+    flags = " ".join(argv if argv is not None else sys.argv[1:])
     path.write_text("\n".join(lines) + f"\n\ncommand: python -m benchmark.bench {flags}".rstrip() + "\n")
     print(f"\nsaved: {path}")
     return path

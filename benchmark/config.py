@@ -153,6 +153,7 @@ class RunConfig:
     driver_gpus: float = 0.0
     device: str = "auto"  # auto: cuda when the process sees a GPU
     actor_restarts: int = 3  # restarts of one client actor in a run before the run stops (README, Reliability)
+    checkpoint_every: int = 1  # rounds between the run folder's checkpoints (README, Reliability)
     engine: str = "auto"  # client training: sequential | fused | auto (sequential on CPU, fused on CUDA)
     precision: str = "32-true"  # 32-true | bf16-mixed (autocast for training and evaluation)
     data_root: str | None = None
@@ -217,6 +218,8 @@ class RunConfig:
             raise ConfigError(f"num-actors must be at least 1 (got {self.num_actors}).")
         if self.actor_restarts < 0:
             raise ConfigError(f"actor-restarts must be 0 or more (got {self.actor_restarts}).")
+        if self.checkpoint_every < 1:
+            raise ConfigError(f"checkpoint-every must be at least 1 (got {self.checkpoint_every}).")
         if self.seed < 0:
             raise ConfigError(f"seed must be 0 or more (got {self.seed}).")
         for name in ("cpus_per_actor", "gpus_per_actor", "driver_cpus", "driver_gpus"):

@@ -73,6 +73,11 @@ def is_complete(run_dir: Path, expected: dict | None = None) -> bool:
     return bool(s.get("complete")) and (expected is None or s.get("protocol") == json.loads(json.dumps(expected)))
 
 
+def run_complete(cfg) -> bool:
+    """A planned run (a RunConfig) is in its folder, complete and with its protocol."""
+    return is_complete(Path(cfg.out), protocol(cfg))
+
+
 def wandb_mode() -> str:
     """WANDB_MODE when set; otherwise online with an API key, offline without one."""
     if os.environ.get("WANDB_MODE"):

@@ -204,6 +204,10 @@ class ClientGroup:
             return state
         return {"own_model": to_cpu(self.own_models[cid]), "client_state": state}
 
+    def persistent_states(self) -> dict:
+        """Every client's `persistent_state` (of those that trained): the driver reads them for a checkpoint."""
+        return {c["id"]: self.persistent_state(c["id"]) for c in self.clients if c["id"] in self.client_states}
+
     def set_client_states(self, states: dict, after_round: int) -> None:
         """Take the persistent states (`persistent_state`) of this group's clients after round `after_round` (a
         resumed run, or a restarted actor)."""
@@ -219,8 +223,10 @@ class ClientGroup:
     def train(self, global_state: State, payload: RoundPayload | None, round_idx: int) -> dict:
         """Train every client of the group from the global state and the payload of round round_idx;
         return the partial sum of the trained weights weighted by the rule's `client_weight`, its total
-        weight, and per client its prototypes, loss and persistent state (`persistent_state`, on the CPU: None
-        for stateless methods that average weights, so only methods with a state send one). Under a rule
+        weight, and per client its prototypes, loss and, from a Ray actor, persistent state (`persistent_state`,
+        on the CPU: None for stateless methods that average weights, so only methods with a state send one; the
+        driver needs it every round to rebuild a restarted actor, while in process it reads `persistent_states`
+        only when it writes a checkpoint). Under a rule
         that averages no weights each client trains its own model and keeps it here; the sum is then None.
         Also per client the (entries, bytes) of the weights it uploads (none under such a rule)."""
         if self.states_round != round_idx - 1:  # a restarted process: it must not train from initial states
@@ -265,7 +271,8 @@ class ClientGroup:
                     total += w
                 else:
                     self.own_models[cid] = {k: v.detach().clone() for k, v in weights.items()}
-                states[cid] = self.persistent_state(cid)
+                if cfg.executor == "ray":
+                    states[cid] = self.persistent_state(cid)
                 sent[cid] = count(weights) if rule.averages_weights else (0, 0)  # (entries, bytes) uploaded
                 protos[cid] = module.local_prototypes(*data[i], gens[i])
         self.states_round = round_idx

@@ -73,7 +73,8 @@ class ActorFailed(RuntimeError):
 class Executor:
     """Client groups and what the driver knows of their clients' persistent states: `client_states` (client id
     -> `client_state()`, on the CPU) after round `states_round`, the states any group must start round
-    `states_round + 1` from (a restarted or resumed group gets them with `set_client_states`)."""
+    `states_round + 1` from (a restarted or resumed group gets them with `set_client_states`). Ray actors
+    send them with every round's results; in process they are read only for a checkpoint (`collect_states`)."""
 
     def __init__(self):
         self.client_states: dict[int, object] = {}
@@ -99,6 +100,11 @@ class LocalExecutor(Executor):
     def map(self, name: str, *args) -> list:
         return [getattr(g, name)(*args) for g in self.groups]
 
+    def collect_states(self) -> None:
+        """`client_states` as of `states_round` (the groups in this process keep them between checkpoints)."""
+        for states in self.map("persistent_states"):
+            self.client_states.update(states)
+
 
 class RayExecutor(Executor):
     """Client groups in Ray actors with the configured CPU / GPU shares (fractions allowed).
@@ -110,6 +116,9 @@ class RayExecutor(Executor):
     `actor_restarts` restarts of one actor the run stops naming its clients."""
 
     parallel = True  # the groups train at the same time: a round's local training is the slowest group's
+
+    def collect_states(self) -> None:
+        """Nothing to do: the actors send their clients' states with every round's results."""
 
     def __init__(self, cfg: RunConfig, groups: list[list[dict]], data_root: str):
         import ray
@@ -204,6 +213,7 @@ class Driver:
     def checkpoint(self) -> dict:
         """What the next round reads: global model, server rule state, payload, every client's state."""
         ex = self.executor
+        ex.collect_states()
         return {"global_state": self.global_state, "rule_state": self.rule.state_dict(), "payload": self.payload,
                 "client_states": ex.client_states, "states_round": ex.states_round}
 

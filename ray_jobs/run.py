@@ -104,6 +104,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="continue from the run folder's last checkpoint (a fresh start when it has none)")
     p.add_argument("--actor-restarts", type=int, default=d["actor_restarts"].default,
                    help="restarts of one client actor (process killed, out of memory) before the run stops")
+    p.add_argument("--checkpoint-every", type=int, default=d["checkpoint_every"].default,
+                   help="write the run folder's checkpoint every N rounds (and after the last); a resume redoes "
+                        "at most N-1 rounds. MOON's and FedDyn's checkpoints hold a model per client")
     return p
 
 
@@ -119,7 +122,8 @@ def config_from_args(args) -> RunConfig:
         seed=args.seed, hparams=parse_hp(args.hp),
         client_fraction=args.client_fraction, eval_max=args.eval_max, executor=args.executor,
         num_actors=args.num_actors, cpus_per_actor=args.cpus_per_actor, gpus_per_actor=args.gpus_per_actor,
-        driver_cpus=args.driver_cpus, driver_gpus=args.driver_gpus, device=args.device, actor_restarts=args.actor_restarts, engine=args.engine, precision=args.precision,
+        driver_cpus=args.driver_cpus, driver_gpus=args.driver_gpus, device=args.device, actor_restarts=args.actor_restarts,
+        checkpoint_every=args.checkpoint_every, engine=args.engine, precision=args.precision,
         data_root=args.data_root, out=args.out, name=args.name,
         wandb_project=args.wandb_project, wandb_group=args.wandb_group,
     )
@@ -201,7 +205,7 @@ def run(cfg: RunConfig, quiet: bool = False, resume: bool = False,
         resume_hint: str = "run the same command again with --resume") -> dict:
     """Run one experiment end to end; returns summary.json's content.
 
-    After every round the run folder gets a checkpoint (`benchmark.checkpoint`); with `resume` the run
+    Every `checkpoint_every` rounds the run folder gets a checkpoint (`benchmark.checkpoint`); with `resume` the run
     continues from the newest readable one (a fresh start, said so, when there is none). `resume_hint`
     is how to resume, for the messages of a run that stopped."""
     check_device(cfg)
@@ -252,8 +256,9 @@ def run(cfg: RunConfig, quiet: bool = False, resume: bool = False,
             for note in rec.pop("notes"):
                 print(f"note: round {r}: {note}", flush=True)
             recorder.log_round(rec)
-            checkpoint.save(ckpt_dir, r, {"protocol": protocol(cfg), "round": r, "driver": call("checkpoint"),
-                                          "metrics": recorder.rounds})
+            if (r + 1) % cfg.checkpoint_every == 0 or r == cfg.rounds - 1:
+                checkpoint.save(ckpt_dir, r, {"protocol": protocol(cfg), "round": r, "driver": call("checkpoint"),
+                                              "metrics": recorder.rounds})
             if progress:
                 progress.update(rec)
         final = call("final_state")

@@ -34,7 +34,7 @@ from benchmark.config import PRESETS, ConfigError, RunConfig
 from benchmark.data import DATASETS, DataError, check_domains_present, resolve_data_root
 from benchmark.figures import RUNS_LINE, table_figures
 from benchmark.provenance import commit_label, hardware_label
-from benchmark.results import atomic_write, is_complete, protocol, read_jsonl, read_summary, wandb_mode
+from benchmark.results import atomic_write, read_jsonl, read_summary, run_complete, wandb_mode
 from benchmark.tables import GROUPS, METRICS, PROFILES, TABLES, make_target, report_name
 from ray_jobs import table_fedproto
 from ray_jobs.progress import SweepProgress
@@ -95,7 +95,7 @@ def select(table: str, profile: str, runs: list[RunConfig], methods: list[str] |
 
 def execute(runs: list[RunConfig], parallel: int | None) -> list[str]:
     """Run what is not complete yet, concurrently where resources allow; returns the names run."""
-    todo = [c for c in runs if not is_complete(Path(c.out), protocol(c))]
+    todo = [c for c in runs if not run_complete(c)]
     print(f"{len(runs) - len(todo)} of {len(runs)} runs already complete; running {len(todo)}", flush=True)
     if not todo:
         return []
@@ -155,7 +155,7 @@ def report(table: str, profile: str, runs: list[RunConfig], results_dir: Path) -
     receives per round; rows more than 2 points from the paper flagged."""
     spec = TABLES[table]
     name, comm = report_name(table), spec.communication
-    planned, runs = len(runs), [c for c in runs if is_complete(Path(c.out), protocol(c))]  # a partial sweep: those run
+    planned, runs = len(runs), [c for c in runs if run_complete(c)]  # a partial sweep: those run
     agg = collect(runs, spec.metric)
     ref = spec.paper
     lines, csv_rows = [], []
@@ -314,9 +314,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--engine", default="auto", help="client training engine of every run: auto, sequential or fused")
     ap.add_argument("--precision", default="32-true",
                     help="32-true (as the references) or bf16-mixed; part of each run's protocol (a run at another precision is run again)")
+    ap.add_argument("--checkpoint-every", type=int, default=1,
+                    help="rounds between each run's checkpoints (a resume redoes at most N-1 rounds)")
     args = ap.parse_args(argv)
     results_dir = Path(args.results_dir or ("results" if args.profile == "full" else "results/smoke"))
-    extra = {"executor": args.executor, "engine": args.engine, "precision": args.precision}
+    extra = {"executor": args.executor, "engine": args.engine, "precision": args.precision,
+             "checkpoint_every": args.checkpoint_every}
     tables = GROUPS.get(args.table, (args.table,))
     try:
         runs = {t: plan(t, args.profile, args.domains.split(",") if args.domains else None, results_dir,

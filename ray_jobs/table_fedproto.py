@@ -22,7 +22,7 @@ from benchmark import paper
 from benchmark.config import RunConfig
 from benchmark.figures import RUNS_LINE, table_figures
 from benchmark.methods import METHODS
-from benchmark.results import atomic_write, is_complete, protocol, read_jsonl, read_summary
+from benchmark.results import atomic_write, read_jsonl, read_summary, run_complete
 from benchmark.tables import TABLES
 from lightning_modules.local import LocalServer
 from lightning_modules.resnet import build_model
@@ -67,7 +67,7 @@ def label(method: str, rule: str) -> str:
 def report(profile: str, runs: list[RunConfig], results_dir: Path) -> tuple[pd.DataFrame, dict]:
     """results_dir/tablefedproto.md and .csv, and the accuracy curves (figures/tablefedproto/); returns the
     report's rows and the figures (`figures.fedproto_figures`). Of `runs`, those complete (a partial sweep)."""
-    runs = [c for c in runs if is_complete(Path(c.out), protocol(c))]
+    runs = [c for c in runs if run_complete(c)]
     df = collect(runs)
     agg = df.groupby(["method", "rule", "ways"], sort=False).agg(
         ours=("acc", "mean"), std=("acc", "std"), seeds=("acc", "count"), client_std=("client_std", "mean"),

@@ -219,11 +219,15 @@ def test_ctrl_c_writes_error_txt_naming_the_kept_rounds_and_keeps_the_checkpoint
     out = tmp_path / "run"
     # 40 rounds (the last --rounds wins): a tiny round is fast, the signal must land mid-run
     argv = [*FLAGS, "--rounds", "40", "--executor", "local", "--data-root", str(data_root), "--out", str(out)]
+    # SIGINT's default action restored in the child: a test process started in the background (nohup, `&`)
+    # ignores SIGINT, its children would inherit that and Python would then raise no KeyboardInterrupt
     proc = subprocess.Popen([sys.executable, "-m", "ray_jobs.run", *argv], env={**os.environ, "PYTHONPATH": str(PROJECT)},
-                            cwd=PROJECT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+                            cwd=PROJECT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     try:
         wait_for(lambda: checkpoint.checkpoint_path(out / checkpoint.DIR, 0).exists() or proc.poll() is not None,
                  what="round 0's checkpoint")
+        assert proc.poll() is None, "the run ended before it could be interrupted"
         proc.send_signal(signal.SIGINT)
         _, err = proc.communicate(timeout=120)
     finally:
@@ -246,5 +250,32 @@ def test_sweep_resumes_an_interrupted_run_from_its_last_round(killed, reference,
     cfg = config(data_root, out, executor="local")
     assert execute([cfg], None) == [cfg.run_name]
     assert f"note: resuming {cfg.run_name} after round {done} of 3" in capsys.readouterr().out
+    assert metrics(out) == metrics(reference)
+    assert summary(out) == summary(reference)
+
+
+def test_checkpoint_every_two_rounds_in_process_reads_the_states_from_the_groups_and_resumes_identically(
+        reference, data_root, tmp_path):
+    """--checkpoint-every 2: checkpoints after round 1 and the last round, none after round 0. In process the
+    clients' states stay in their groups between checkpoints (nothing copied per round); a checkpoint reads
+    them, and a run resumed from it gives the metrics of an uninterrupted run (FedDyn's h_k carried)."""
+    from ray_jobs.driver import Driver
+    from ray_jobs.run import plan_run_clients
+
+    cfg = config(data_root, tmp_path / "driver", executor="local")
+    driver = Driver(cfg, plan_run_clients(cfg), str(data_root))
+    driver.run_round(0)
+    assert driver.executor.client_states == {}  # not copied out of the groups in the round
+    ck = driver.checkpoint()
+    assert ck["states_round"] == 0 and sorted(ck["client_states"]) == list(range(5))
+    for st in ck["client_states"].values():  # h_k after round 0: the client's weight change, not the zeros it started from
+        assert any(bool(h.abs().sum() > 0) for h in st["h"]) and all(bool(torch.isfinite(h).all()) for h in st["h"])
+
+    out = tmp_path / "run"
+    with pytest.raises(RunError) as e:
+        run(config(data_root, out, executor="local", checkpoint_every=2, test_faults={"nan_loss": [2, 3]}), quiet=True)
+    assert "The run folder keeps its rounds up to 1 (checkpoint)" in str(e.value)
+    assert [f.name for f in checkpoint.listing(out / checkpoint.DIR)] == ["round_0001.pt"]
+    run(config(data_root, out, executor="local", checkpoint_every=2), quiet=True, resume=True)
     assert metrics(out) == metrics(reference)
     assert summary(out) == summary(reference)
