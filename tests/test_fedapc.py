@@ -155,12 +155,12 @@ TABLE_METHODS = ["fedavg", "moon", "fedproto", "fedapc", "fedapc_noaug"]
 
 
 @pytest.fixture(scope="module")
-def table(ray_cluster, data_root, tmp_path_factory):
+def table(data_root, tmp_path_factory):
     from ray_jobs.sweep import main
 
-    out = tmp_path_factory.mktemp("table-fedapc")
+    out = tmp_path_factory.mktemp("table-fedapc")  # in process: table2's smoke sweep is the one through Ray
     assert main(["--table", "fedapc", "--profile", "smoke", "--domains", "mnist,usps,syn", "--results-dir", str(out),
-                 "--data-root", str(data_root)]) == 0
+                 "--data-root", str(data_root), "--executor", "local"]) == 0
     return out
 
 
@@ -194,5 +194,5 @@ def test_table_fedapc_smoke_report_beside_tables_1_and_2(table, data_root, capsy
             assert (comm["up_prototypes"] > 0) == (m not in ("fedavg", "moon"))
     capsys.readouterr()
     assert main(["--table", "fedapc", "--profile", "smoke", "--domains", "mnist,usps,syn", "--results-dir", str(table),
-                 "--data-root", str(data_root)]) == 0  # resumable: nothing runs again
+                 "--data-root", str(data_root), "--executor", "local"]) == 0  # resumable: nothing runs again
     assert "10 of 10 runs already complete; running 0" in capsys.readouterr().out
