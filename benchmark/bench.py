@@ -14,6 +14,10 @@
     with --full-runs, the wall time of one full FPL run on Office-Caltech with each
     engine and on Digits with the engine auto (the paper's protocol, in-process
     executor, the domains whose files the data root holds).
+(6) Writing a run's checkpoint (`benchmark.checkpoint.save`: serialise, sha256, fsync, in
+    the report's folder) with the global ResNet-10 only (FedAvg, FPL) and with a model
+    per client beside it (MOON's previous models, 20 clients on Digits): what
+    `--checkpoint-every` saves per round.
 `--profile small` runs every section, (5) included, on any device with small
 settings (rounds, clients, samples): the test of this script's code paths.
 Prints a report and saves it to results/perf/bench-<device>.txt (on a GPU, <device>
@@ -181,6 +185,24 @@ def engine_throughput(device, method: str, clients: int, n: int, epochs: int, re
     return images / t_seq, images / t_fused
 
 
+def checkpoint_write(folder: Path, clients: int, repeats: int) -> tuple[float, float]:
+    """Best-of-`repeats` seconds to write a checkpoint holding the global ResNet-10 and `clients` per-client
+    models (as MOON's `client_state()`: the model's state_dict), and its size in MB."""
+    import tempfile
+
+    from benchmark import checkpoint
+
+    from lightning_modules.resnet import ResNet10
+
+    state = {k: v.detach().clone() for k, v in ResNet10().state_dict().items()}
+    obj = {"driver": {"global_state": state,
+                      "client_states": {c: {k: v.clone() for k, v in state.items()} for c in range(clients)}}}
+    with tempfile.TemporaryDirectory(dir=folder) as d:
+        path = checkpoint.save(d, 0, obj)  # (once untimed: the first write of a process allocates)
+        best = timed([lambda: checkpoint.save(d, 0, obj)], torch.device("cpu"), repeats)[0]
+        return best, path.stat().st_size / 1e6
+
+
 def present_domains(dataset: str) -> tuple[list[str], list[str]]:
     """The dataset's domains whose files the data root holds (verified), and those it lacks."""
     from benchmark.data import DATASETS, DataError, check_domains_present, resolve_data_root
@@ -221,15 +243,16 @@ def shares(phases: dict) -> str:
 
 SMALL_RUN = dict(rounds=2, local_epochs=1, eval_max=None)  # (3) and (5): the second round of this run is measured
 # sizes per profile: (2) images and repeats, (4) clients/samples/repeats, methods and precisions, (5) the small runs
-# (phases: on top of SMALL_RUN) and the full runs (full: on top of the preset)
+# (phases: on top of SMALL_RUN) and the full runs (full: on top of the preset), (6) per-client models and repeats
 PROFILES = {
     "cpu": dict(resnet=(192, 1, 3), engines=(3, 128, 1, 2), methods=("fedavg",), precisions=("32-true",),
-                phases=dict(client_fraction=0.3)),
+                phases=dict(client_fraction=0.3), checkpoint=(20, 3)),
     "cuda": dict(resnet=(640, 2, 5), engines=(10, 600, 1, 3), methods=("fedavg", "fpl"),
-                 precisions=("32-true", "bf16-mixed"), phases=dict(client_fraction=0.3), full=dict(eval_max=None)),
+                 precisions=("32-true", "bf16-mixed"), phases=dict(client_fraction=0.3), full=dict(eval_max=None),
+                 checkpoint=(20, 3)),
     "small": dict(resnet=(64, 1, 1), engines=(2, 64, 1, 1), methods=("fedavg", "fpl"),
                   precisions=("32-true", "bf16-mixed"), phases=dict(client_fraction=0.05, eval_max=50),
-                  full=dict(rounds=1, local_epochs=1, client_fraction=0.05, eval_max=50)),
+                  full=dict(rounds=1, local_epochs=1, client_fraction=0.05, eval_max=50), checkpoint=(2, 1)),
 }
 TARGETS_S = {"digits": 120, "office_caltech": 20}  # issue 6: a full FPL run on one H100
 
@@ -309,6 +332,13 @@ def main(argv=None):
                         f"last round {shares(phases)}")
     out = Path(args.out_dir)
     out.mkdir(parents=True, exist_ok=True)
+    clients, repeats = prof["checkpoint"]
+    say()
+    say(f"(6) writing a run's checkpoint (serialise, sha256, fsync; in {out}), best of {repeats}")
+    for k, what in ((0, "global model only (FedAvg, FPL)"), (clients, f"and {clients} client models (MOON)")):
+        secs, mb = checkpoint_write(out, k, repeats)
+        say(f"    {what:36s} {mb:7.1f} MB {secs:8.3f} s {mb / secs:7.0f} MB/s   "
+            f"--checkpoint-every 10 saves {0.9 * secs:.3f} s per round")
     path = out / f"bench-{device_slug(device)}.txt"
     flags = " ".join(argv if argv is not None else sys.argv[1:])
     path.write_text("\n".join(lines) + f"\n\ncommand: python -m benchmark.bench {flags}".rstrip() + "\n")

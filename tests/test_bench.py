@@ -59,3 +59,21 @@ def test_phase_shares_add_up_and_in_process_training_is_the_sum_of_the_groups(re
         # two client groups in one process: the round's training is both groups' (not the slower one's, which
         # would leave the other's time counted as transfer)
         assert p["transfer_and_scheduling"][0] < 0.1 * p["local_training"][0]
+
+
+def test_checkpoint_writes_hold_the_models_they_name(report):
+    """(6): the checkpoint sizes are the global ResNet-10 alone and with k client models beside it (bytes of
+    the state_dicts, counted here), rates and savings recomputed from the printed values."""
+    from lightning_modules.resnet import ResNet10
+
+    _, text = report
+    rows = re.findall(r"^    (?:global model only \(FedAvg, FPL\)|and (\d+) client models \(MOON\)) +([\d.]+) MB +"
+                      r"([\d.]+) s +(\d+) MB/s +--checkpoint-every 10 saves ([\d.]+) s per round$", text, re.M)
+    assert len(rows) == 2
+    model_mb = sum(v.numel() * v.element_size() for v in ResNet10().state_dict().values()) / 1e6
+    for k, mb, secs, rate, saved in rows:
+        mb, secs = float(mb), float(secs)
+        assert mb == pytest.approx((1 + int(k or 0)) * model_mb, rel=0.01)  # (the file's own framing: < 1%)
+        assert float(saved) == pytest.approx(0.9 * secs, abs=1e-3)
+        assert float(rate) == pytest.approx(mb / secs, abs=0.5 + mb / secs * (5e-4 / secs + 0.05 / mb))
+    assert int(rows[1][0]) == 2  # the small profile's client count
