@@ -18,6 +18,8 @@
     the report's folder) with the global ResNet-10 only (FedAvg, FPL) and with a model
     per client beside it (MOON's previous models, 20 clients on Digits): what
     `--checkpoint-every` saves per round.
+(7) ResNet-10 training (fit_local) and evaluation images per second with the convolution
+    weights contiguous (NCHW) and channels_last (NHWC, as `build_model` makes them).
 `--profile small` runs every section, (5) included, on any device with small
 settings (rounds, clients, samples): the test of this script's code paths.
 Prints a report and saves it to results/perf/bench-<device>.txt (on a GPU, <device>
@@ -140,12 +142,13 @@ def loop_overhead(device, n=640, epochs=5, repeats=15):
 
 
 def resnet_throughput(device, n, epochs, repeats):
-    from lightning_modules.resnet import ResNet10
+    from lightning_modules.resnet import build_model
 
+    resnet10 = lambda: build_model("resnet10", 10)  # noqa: E731  (channels_last, as the runs')
     x = torch.randint(0, 256, (n, 3, 32, 32), dtype=torch.uint8, device=device)
     y = torch.randint(0, 10, (n,), device=device)
-    net = ResNet10().to(device)
-    module = client_module(ResNet10, device)
+    net = resnet10().to(device)
+    module = client_module(resnet10, device)
     images = n * epochs
     t_plain, t_ours = timed([
         lambda: plain_loop(net, x, y, epochs, 64, torch.Generator().manual_seed(0)),
@@ -159,13 +162,13 @@ def engine_throughput(device, method: str, clients: int, n: int, epochs: int, re
     """Images/s of `clients` ResNet-10 clients of n samples each: fit_local one after another vs fit_fused."""
     from benchmark.methods import METHODS
     from lightning_modules.fused import fit_fused
-    from lightning_modules.resnet import ResNet10
+    from lightning_modules.resnet import ResNet10, build_model
 
     spec = METHODS[method]
     torch.manual_seed(0)
     data = [(torch.randint(0, 256, (n, 3, 32, 32), dtype=torch.uint8, device=device),
              torch.randint(0, 10, (n,), device=device)) for _ in range(clients)]
-    module = spec.client(ResNet10(10), spec.defaults).to(device)
+    module = spec.client(build_model("resnet10", 10), spec.defaults).to(device)
     module.precision_mode = precision
     start = {k: v.clone() for k, v in ResNet10().state_dict().items()}
 
@@ -183,6 +186,29 @@ def engine_throughput(device, method: str, clients: int, n: int, epochs: int, re
     images = clients * n * epochs
     t_seq, t_fused = timed([sequential, fused], device, repeats)
     return images / t_seq, images / t_fused
+
+
+def memory_format_throughput(device, n: int, eval_n: int, repeats: int) -> dict:
+    """{(training|evaluation, contiguous|channels_last): images/s} of ResNet-10 (fit_local, 1 epoch of n
+    images, batch 64; one no-grad forward pass of eval_n images), its weights in either memory format."""
+    from lightning_modules.resnet import build_model
+
+    x = torch.randint(0, 256, (n, 3, 32, 32), dtype=torch.uint8, device=device)
+    y = torch.randint(0, 10, (n,), device=device)
+    xe = torch.randn(eval_n, 3, 32, 32, device=device)
+    formats = {"contiguous": torch.contiguous_format, "channels_last": torch.channels_last}
+    modules = {k: client_module(lambda: build_model("resnet10", 10).to(memory_format=f), device) for k, f in formats.items()}
+
+    def evaluate(module):
+        module.net.eval()
+        with torch.no_grad():
+            module.net(xe)
+        module.net.train()
+
+    fns = {("training", k): (lambda m=m: fit_local(m, x, y, 1, 64, torch.Generator().manual_seed(0))) for k, m in modules.items()}
+    fns |= {("evaluation", k): (lambda m=m: evaluate(m)) for k, m in modules.items()}
+    times = dict(zip(fns, timed(list(fns.values()), device, repeats)))
+    return {key: (n if key[0] == "training" else eval_n) / t for key, t in times.items()}
 
 
 def checkpoint_write(folder: Path, clients: int, repeats: int) -> tuple[float, float]:
@@ -243,16 +269,18 @@ def shares(phases: dict) -> str:
 
 SMALL_RUN = dict(rounds=2, local_epochs=1, eval_max=None)  # (3) and (5): the second round of this run is measured
 # sizes per profile: (2) images and repeats, (4) clients/samples/repeats, methods and precisions, (5) the small runs
-# (phases: on top of SMALL_RUN) and the full runs (full: on top of the preset), (6) per-client models and repeats
+# (phases: on top of SMALL_RUN) and the full runs (full: on top of the preset), (6) per-client models and repeats,
+# (7) training images, evaluation images and repeats
 PROFILES = {
     "cpu": dict(resnet=(192, 1, 3), engines=(3, 128, 1, 2), methods=("fedavg",), precisions=("32-true",),
-                phases=dict(client_fraction=0.3), checkpoint=(20, 3)),
+                phases=dict(client_fraction=0.3), checkpoint=(20, 3), memory=(192, 1000, 3)),
     "cuda": dict(resnet=(640, 2, 5), engines=(10, 600, 1, 3), methods=("fedavg", "fpl"),
                  precisions=("32-true", "bf16-mixed"), phases=dict(client_fraction=0.3), full=dict(eval_max=None),
-                 checkpoint=(20, 3)),
+                 checkpoint=(20, 3), memory=(640, 1000, 5)),
     "small": dict(resnet=(64, 1, 1), engines=(2, 64, 1, 1), methods=("fedavg", "fpl"),
                   precisions=("32-true", "bf16-mixed"), phases=dict(client_fraction=0.05, eval_max=50),
-                  full=dict(rounds=1, local_epochs=1, client_fraction=0.05, eval_max=50), checkpoint=(2, 1)),
+                  full=dict(rounds=1, local_epochs=1, client_fraction=0.05, eval_max=50), checkpoint=(2, 1),
+                  memory=(64, 100, 1)),
 }
 TARGETS_S = {"digits": 120, "office_caltech": 20}  # issue 6: a full FPL run on one H100
 
@@ -339,6 +367,15 @@ def main(argv=None):
         secs, mb = checkpoint_write(out, k, repeats)
         say(f"    {what:36s} {mb:7.1f} MB {secs:8.3f} s {mb / secs:7.0f} MB/s   "
             f"--checkpoint-every 10 saves {0.9 * secs:.3f} s per round")
+    n, eval_n, repeats = prof["memory"]
+    ips = memory_format_throughput(device, n, eval_n, repeats)
+    say()
+    say(f"(7) ResNet-10 convolution weights contiguous (NCHW) vs channels_last (NHWC, as build_model makes them), "
+        f"best of {repeats}, interleaved")
+    for phase, what in (("training", f"training, fit_local on {n} images"), ("evaluation", f"evaluation, {eval_n} images")):
+        a, b = ips[(phase, "contiguous")], ips[(phase, "channels_last")]
+        say(f"    {what:34s} contiguous {a:9.1f} images/s   channels_last {b:9.1f} images/s   "
+            f"channels_last / contiguous {b / a:6.3f}")
     path = out / f"bench-{device_slug(device)}.txt"
     flags = " ".join(argv if argv is not None else sys.argv[1:])
     path.write_text("\n".join(lines) + f"\n\ncommand: python -m benchmark.bench {flags}".rstrip() + "\n")

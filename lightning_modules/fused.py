@@ -77,7 +77,10 @@ def fit_fused(
     for i in range(k):
         start_client(i)
         module.on_train_epoch_start()  # allocates the per-client tensors it resets (prototype sums)
-        per_client.append({name: t.detach().clone() for name, t in client_tensors(module).items()
+        # stacked contiguous: vmap has no batching rule for the as_strided_ that pooling a channels_last
+        # activation takes (it falls back to a loop over the clients)
+        per_client.append({name: t.detach().clone(memory_format=torch.contiguous_format)
+                           for name, t in client_tensors(module).items()
                            if not name.startswith(shared_prefixes)})
     template = client_tensors(module)
     stacked = {name: torch.stack([c[name] for c in per_client]) for name in per_client[0]}

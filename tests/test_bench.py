@@ -32,7 +32,7 @@ def phases(line: str) -> dict[str, tuple[float, float]]:
 def test_every_section_is_reported_and_saved_under_the_device_name(report):
     name, text = report
     assert name == "bench-cpu.txt"
-    for section in ("(1)", "(2)", "(3)", "(4)", "(5)"):
+    for section in ("(1)", "(2)", "(3)", "(4)", "(5)", "(6)", "(7)"):
         assert f"\n{section} " in text
     assert "\ncommand: python -m benchmark.bench --profile small --out-dir " in text
     # the engines of every method in both precisions, the ratio the printed rates' (4 significant digits printed)
@@ -41,6 +41,13 @@ def test_every_section_is_reported_and_saved_under_the_device_name(report):
     assert {(m, p) for m, p, *_ in rows} == {(m, p) for m in ("fedavg", "fpl") for p in ("32-true", "bf16-mixed")}
     for *_, seq, fused, ratio in rows:
         assert float(ratio) == pytest.approx(float(fused) / float(seq), abs=2e-3)
+    # (7): training and evaluation in both memory formats, the ratio the printed rates'
+    rows = re.findall(r"(training|evaluation), .* contiguous +([\d.]+) images/s +channels_last +([\d.]+) images/s +"
+                      r"channels_last / contiguous +([\d.]+)", text)
+    assert [r[0] for r in rows] == ["training", "evaluation"]
+    for _, contiguous, channels_last, ratio in rows:
+        a, b = float(contiguous), float(channels_last)  # (printed to 0.1 images/s, the ratio to 0.001)
+        assert float(ratio) == pytest.approx(b / a, abs=5e-4 + b / a * (0.05 / a + 0.05 / b))
 
 
 def test_phase_shares_add_up_and_in_process_training_is_the_sum_of_the_groups(report):
