@@ -12,6 +12,7 @@ whole batch with one mask (FedAPC's views).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 
 import torch
 
@@ -23,9 +24,14 @@ PAD = 4
 def normalize(x_uint8: torch.Tensor, mean: tuple = IMAGENET_MEAN, std: tuple = IMAGENET_STD) -> torch.Tensor:
     """ToTensor + Normalize(mean, std) (ImageNet's by default) for a uint8 N x C x H x W batch (one mean and
     std per channel)."""
-    mean = torch.tensor(mean, device=x_uint8.device).view(1, -1, 1, 1)
-    std = torch.tensor(std, device=x_uint8.device).view(1, -1, 1, 1)
+    mean, std = channel_constants(mean, std, x_uint8.device)
     return (x_uint8.float().div_(255.0) - mean) / std
+
+
+@lru_cache(maxsize=None)
+def channel_constants(mean: tuple, std: tuple, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+    """`mean` and `std` as 1 x C x 1 x 1 tensors on `device`, made once (not a host-to-device copy per batch)."""
+    return (torch.tensor(mean, device=device).view(1, -1, 1, 1), torch.tensor(std, device=device).view(1, -1, 1, 1))
 
 
 def crop_flip(x: torch.Tensor, top: torch.Tensor, left: torch.Tensor, flip: torch.Tensor) -> torch.Tensor:
@@ -41,15 +47,21 @@ def crop_flip(x: torch.Tensor, top: torch.Tensor, left: torch.Tensor, flip: torc
     return padded[batch, chan, rows[:, None, :, None], cols[:, None, None, :]]
 
 
+def crop_flip_params(n: int, generator: torch.Generator | None = None) -> torch.Tensor:
+    """The draws of `augment` for n images, on the generator's device: 3 x n (top, left, flip as 0/1), drawn
+    in this order: the offsets (2 x n, uniform in {0..8}), then the flips (U(0,1) < 1/2)."""
+    dev = generator.device if generator is not None else "cpu"
+    offsets = torch.randint(0, 2 * PAD + 1, (2, n), generator=generator, device=dev)
+    flip = torch.rand(n, generator=generator, device=dev) < 0.5
+    return torch.cat([offsets, flip[None].long()])
+
+
 def augment(x_uint8: torch.Tensor, generator: torch.Generator | None = None, mean: tuple = IMAGENET_MEAN,
-            std: tuple = IMAGENET_STD) -> torch.Tensor:
-    """Random crop with 4-pixel zero padding, random horizontal flip, normalise."""
-    n = x_uint8.shape[0]
-    dev = x_uint8.device
-    offsets = torch.randint(0, 2 * PAD + 1, (2, n), generator=generator, device=generator.device if generator else "cpu")
-    flip = torch.rand(n, generator=generator, device=offsets.device) < 0.5
-    offsets, flip = offsets.to(dev), flip.to(dev)
-    return normalize(crop_flip(x_uint8, offsets[0], offsets[1], flip), mean, std)
+            std: tuple = IMAGENET_STD, params: torch.Tensor | None = None) -> torch.Tensor:
+    """Random crop with 4-pixel zero padding, random horizontal flip, normalise; `params`: the draws
+    (`crop_flip_params`) when already made, else drawn here from `generator`."""
+    p = (crop_flip_params(x_uint8.shape[0], generator) if params is None else params).to(x_uint8.device)
+    return normalize(crop_flip(x_uint8, p[0], p[1], p[2].bool()), mean, std)
 
 
 @dataclass(frozen=True)
@@ -68,6 +80,17 @@ class Transform:
     def eval(self, x_uint8: torch.Tensor) -> torch.Tensor:
         """A test batch: normalised."""
         return normalize(x_uint8, self.mean, self.std)
+
+    def train_stacked(self, x_uint8: torch.Tensor, idx: torch.Tensor, generators: list[torch.Generator]) -> torch.Tensor:
+        """The training batches of k clients at once: `x_uint8` k x n x C x H x W (each client's images), `idx`
+        k x B (each client's batch). Client i's batch is `train(x_uint8[i][idx[i]], generators[i])`, the same
+        draws from its generator, made with one gather and one host-to-device copy for all the clients."""
+        k, b = idx.shape
+        x = x_uint8[torch.arange(k, device=idx.device)[:, None], idx].flatten(0, 1)  # k B x C x H x W
+        if not self.augment:
+            return self.eval(x).unflatten(0, (k, b))
+        params = torch.cat([crop_flip_params(b, g) for g in generators], dim=1)  # 3 x k B
+        return augment(x, None, self.mean, self.std, params).unflatten(0, (k, b))
 
 
 # torchvision RandomErasing's defaults: probability, erased area share, log-uniform aspect ratio, tries

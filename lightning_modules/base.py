@@ -188,9 +188,11 @@ def bn_updates_per_step(net: nn.Module, updates: int, momentum: float = 0.1) -> 
             m.momentum = 1 - (1 - momentum) ** updates
 
 
-def batches(n: int, batch_size: int, generator: torch.Generator, drop_last: bool = False):
-    """Shuffled index batches; the last one short, or dropped with `drop_last` (a DataLoader's rule)."""
-    perm = torch.randperm(n, generator=generator)
+def batches(n: int, batch_size: int, generator: torch.Generator, drop_last: bool = False,
+            device: torch.device | None = None):
+    """Shuffled index batches (drawn from `generator`, moved to `device` once per epoch); the last one short,
+    or dropped with `drop_last` (a DataLoader's rule)."""
+    perm = torch.randperm(n, generator=generator).to(device)
     out = perm.split(batch_size)
     return out[: n // batch_size] if drop_last else out
 
@@ -219,7 +221,7 @@ def fit_local(module: ClientModule, x: torch.Tensor, y: torch.Tensor, epochs: in
     for epoch in range(epochs):
         module.gather_prototypes = epoch == epochs - 1
         module.on_train_epoch_start()
-        for i, idx in enumerate(batches(len(y), batch_size, generator, drop_last)):
+        for i, idx in enumerate(batches(len(y), batch_size, generator, drop_last, x.device)):
             with precision_context(module.precision_mode, x.device):
                 loss = module.training_step(augmented_batch(x, y, idx, generator, dtype, module.transform), i)
             optimizer.zero_grad(set_to_none=True)

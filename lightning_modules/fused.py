@@ -24,7 +24,7 @@ import torch
 from torch import nn
 from torch.func import functional_call, vmap
 
-from lightning_modules.base import ClientModule, NonFiniteLoss, augmented_batch, batches, precision_context
+from lightning_modules.base import ClientModule, NonFiniteLoss, batches, precision_context
 
 
 class _Hooks(nn.Module):
@@ -100,22 +100,24 @@ def fit_fused(
     optimizer = type(base_opt)([stacked[name] for name in trainable], **base_opt.defaults)
     module.train()
     dtype = next(module.net.parameters()).dtype
-    xs, ys = zip(*data)
-    total = torch.zeros(k, dtype=dtype, device=xs[0].device)
-    finite = torch.ones(k, dtype=torch.bool, device=xs[0].device)
+    x_all, y_all = (torch.stack(t) for t in zip(*data))  # k x n x C x H x W uint8, k x n: one gather per step
+    device = x_all.device
+    total = torch.zeros(k, dtype=dtype, device=device)
+    finite = torch.ones(k, dtype=torch.bool, device=device)
     steps = 0
     for epoch in range(epochs):
         module.gather_prototypes = epoch == epochs - 1
         vmap(call("on_train_epoch_start"))(batched)
-        orders = [batches(n, batch_size, g, drop_last) for g in generators]
+        orders = [batches(n, batch_size, g, drop_last, device) for g in generators]
         for i, idx in enumerate(zip(*orders)):
-            xb, yb = zip(*(augmented_batch(x, y, j, g, dtype, module.transform) for x, y, j, g in zip(xs, ys, idx, generators)))
+            idx = torch.stack(idx)  # k x B
+            xb = module.transform.train_stacked(x_all, idx, generators).to(dtype)
+            yb = y_all.gather(1, idx)
             step = call("training_step")
-            with precision_context(module.precision_mode, xs[0].device):
+            with precision_context(module.precision_mode, device):
                 # randomness="different": a model with dropout (FedProto's CNN) draws each client's masks apart
                 # (from torch's global stream, not the clients' generators: other draws than the sequential loop's)
-                losses = vmap(lambda s, xb, yb: step(s, (xb, yb), i), randomness="different")(
-                    batched, torch.stack(xb), torch.stack(yb))
+                losses = vmap(lambda s, xb, yb: step(s, (xb, yb), i), randomness="different")(batched, xb, yb)
             optimizer.zero_grad(set_to_none=True)
             losses.sum().backward()
             optimizer.step()

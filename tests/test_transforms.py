@@ -8,8 +8,8 @@ import torch
 import torchvision.transforms as T
 
 from benchmark.data import to_tensor_images
-from benchmark.transforms import (IMAGENET_MEAN, IMAGENET_STD, augment, crop_flip, erase, erasing_params, normalize,
-                                  random_erasing)
+from benchmark.transforms import (IMAGENET_MEAN, IMAGENET_STD, Transform, augment, crop_flip, erase, erasing_params,
+                                  normalize, random_erasing)
 
 MEAN = torch.tensor([0.485, 0.456, 0.406]).view(1, 3, 1, 1)
 STD = torch.tensor([0.229, 0.224, 0.225]).view(1, 3, 1, 1)
@@ -125,6 +125,24 @@ def test_augment_seeded(batch):
     g = torch.Generator().manual_seed(7)
     first, second = augment(batch, g), augment(batch, g)
     assert torch.equal(first, a) and not torch.equal(first, second)
+
+
+@pytest.mark.parametrize("transform", [Transform(), Transform(mean=(0.5,) * 3, std=(0.5,) * 3, augment=False)])
+def test_train_stacked_is_each_clients_train_batch(batch, transform):
+    """The fused engine's input: k clients' batches with one gather equal each client's own `train` batch,
+    bit for bit, and leave each client's generator where its own draws would."""
+    k, b = 3, 10
+    x = torch.stack([batch[:20], batch[20:40], batch[40:60]])  # 3 clients of 20 images
+    idx = torch.stack([torch.randperm(20, generator=torch.Generator().manual_seed(i))[:b] for i in range(k)])
+    gens = [torch.Generator().manual_seed(10 + i) for i in range(k)]
+    out = transform.train_stacked(x, idx, gens)
+    refs = [torch.Generator().manual_seed(10 + i) for i in range(k)]
+    ref = torch.stack([transform.train(x[i][idx[i]], refs[i]) for i in range(k)])
+    assert out.shape == (k, b, 3, 32, 32) and torch.equal(out, ref)
+    for g, r in zip(gens, refs):  # the same number of draws from every generator
+        assert torch.equal(g.get_state(), r.get_state())
+    if transform.augment:  # the clients' draws differ: not one client's augmentation repeated
+        assert not torch.equal(out[0], transform.train(x[0][idx[0]], torch.Generator().manual_seed(11)))
 
 
 def _erasing_params_one(u_apply, u_area, u_logr, u_pos, h, w, p=0.5):
