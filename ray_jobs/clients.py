@@ -165,9 +165,12 @@ class ClientGroup:
         return {**describe_process(self.device), "engine": self.engine,
                 "clients": [c["id"] for c in self.clients]}
 
-    def subgroups(self) -> list[list[dict]]:
-        """Clients trained together: one by one (sequential), or those of equal size and architecture (fused)."""
-        if self.engine == "sequential":
+    def subgroups(self, round_idx: int = 1) -> list[list[dict]]:
+        """Clients trained together in round `round_idx`: one by one (sequential), or those of equal size and
+        architecture (fused). In round 0 under `client_init="own"` one by one whatever the engine: every client
+        starts from its own weights, and what a module takes from its start weights outside its tensors (FedProx's
+        anchor, FedDyn's sent model, MOON's global model) would be the last client's for the whole subgroup."""
+        if self.engine == "sequential" or (round_idx == 0 and self.cfg.client_init == "own"):
             return [[c] for c in self.clients]
         by_size: dict[tuple, list[dict]] = {}
         for c in self.clients:
@@ -236,7 +239,7 @@ class ClientGroup:
         rule = METHODS[cfg.method].server
         weight_sum, total, protos, losses, states, sent = None, 0, {}, {}, {}, {}
         start = time.perf_counter()
-        for members in self.subgroups():
+        for members in self.subgroups(round_idx):
             module = self.module_for(members[0])
             gens = [client_generator(cfg.seed, round_idx, c["id"]) for c in members]
             # torch's global stream (dropout, in FedProto's CNN) from (seed, round, first client): the same draws

@@ -37,12 +37,12 @@ def shards(data_root):
     return out
 
 
-def make_group(method: str, engine: str, shards, dtype, precision="32-true") -> ClientGroup:
+def make_group(method: str, engine: str, shards, dtype, precision="32-true", **protocol) -> ClientGroup:
     spec = METHODS[method]
     group = ClientGroup.__new__(ClientGroup)
     # the methods that keep no global model are tested on FedProto's protocol (its cfg; the data here is injected)
     dataset = "digits" if spec.server.averages_weights else "mnist"
-    group.cfg = RunConfig(method=method, dataset=dataset, seed=3, local_epochs=2, batch_size=4, engine=engine)
+    group.cfg = RunConfig(method=method, dataset=dataset, seed=3, local_epochs=2, batch_size=4, engine=engine, **protocol)
     group.device = torch.device("cpu")
     mean = sum(SIZES.values()) / len(SIZES)  # the driver's data_share (FedDyn's alpha_k)
     group.clients = [{"id": c, "domain": "usps", "data_share": n / mean} for c, n in SIZES.items()]
@@ -55,14 +55,14 @@ def make_group(method: str, engine: str, shards, dtype, precision="32-true") -> 
     return group
 
 
-def run_rounds(method, engine, shards, dtype, rounds=2, precision="32-true"):
+def run_rounds(method, engine, shards, dtype, rounds=2, precision="32-true", **protocol):
     """The driver's round for one group: train, weighted mean, server rule, payload."""
     spec = METHODS[method]
     torch.manual_seed(0)
     state = {k: v.to(dtype) for k, v in TinyNet(10).state_dict().items()}
     keys = [k for k, _ in TinyNet(10).named_parameters()]
     rule = spec.server(spec.defaults, 10, TinyNet.feature_dim, 10, keys)  # of 10 rounds: FedProc's weight a > 0
-    group, payload, results = make_group(method, engine, shards, dtype, precision), None, []
+    group, payload, results = make_group(method, engine, shards, dtype, precision, **protocol), None, []
     for r in range(rounds):
         res = group.train(state, payload, r)
         if rule.averages_weights:
@@ -117,6 +117,26 @@ def test_fused_equals_sequential_in_float64(method, shards):
     # the training moved the weights and the clients differ: the comparison above could fail
     assert max_rel_diff(seq[-1][0]["sum"], seq[0][0]["sum"]) > 1e-3
     assert len({round(v, 6) for v in seq[-1][0]["losses"].values()}) > 1
+
+
+@pytest.mark.parametrize("method", ["fedprox", "feddyn", "moon"])
+def test_fused_equals_sequential_when_clients_start_from_their_own_weights(method, shards):
+    """client_init="own" (FedPLVM's protocols): in round 0 each client starts from its own initialisation, and
+    these methods take their anchor (FedProx, FedDyn) or MOON's global model from the start weights outside the
+    stacked tensors; round 0 then trains one by one, round 1 fused, the same training as sequential."""
+    group = make_group(method, "fused", shards, torch.float64, client_init="own")
+    assert [[c["id"] for c in g] for g in group.subgroups(0)] == [[c] for c in SIZES]
+    assert [[c["id"] for c in g] for g in group.subgroups(1)] == [[0, 2], [1, 4], [3]]
+    seq = run_rounds(method, "sequential", shards, torch.float64, client_init="own")
+    fused = run_rounds(method, "fused", shards, torch.float64, client_init="own")
+    for (rs, cs_s), (rf, cs_f) in zip(seq, fused):
+        assert max_rel_diff(rf["sum"], rs["sum"]) < 1e-9
+        assert max_rel_diff(rf["losses"], rs["losses"]) < 1e-9
+        if cs_s[0] is not None:  # FedDyn's correction, MOON's previous model
+            assert max_rel_diff(cs_f, cs_s) < 1e-9
+    # the clients did start apart: round 0's sum is not what the shared start gives
+    shared = run_rounds(method, "sequential", shards, torch.float64, rounds=1)
+    assert max_rel_diff(shared[0][0]["sum"], seq[0][0]["sum"]) > 1e-3
 
 
 def test_fused_equals_sequential_in_float32(shards):
