@@ -53,6 +53,11 @@ DATASETS: dict[str, dict[str, tuple[str, str | None]]] = {
         "webcam": ("office_caltech10/webcam", None),
     },
 }
+# dataset -> domain -> what our archive is when it is not the paper's dataset (table reports print it)
+STAND_INS: dict[str, dict[str, str]] = {
+    "digit5": {"syn": "FPL's SYN (Roy et al. 2018, digits over natural-image backgrounds) stands in for FedPLVM's "
+                      "SynthDigits (Ganin's SynNumbers, not available offline): not the paper's images (README deviation 19)"},
+}
 NUM_CLASSES = 10
 IMAGE_SIZE = 32
 

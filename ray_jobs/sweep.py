@@ -31,7 +31,7 @@ from tqdm import tqdm
 
 from benchmark import paper
 from benchmark.config import PRESETS, ConfigError, RunConfig
-from benchmark.data import DATASETS, DataError, check_domains_present, resolve_data_root
+from benchmark.data import DATASETS, STAND_INS, DataError, check_domains_present, resolve_data_root
 from benchmark.figures import RUNS_LINE, table_figures
 from benchmark.provenance import commit_label, hardware_label
 from benchmark.results import atomic_write, read_jsonl, read_summary, run_complete, wandb_mode
@@ -149,6 +149,15 @@ def collect(runs: list[RunConfig], metric: str = "last5") -> pd.DataFrame:
         down_bytes=("down_bytes", "mean")).reset_index()
 
 
+def setting_line(cfg: RunConfig, domains: list[str]) -> str:
+    """A report's line on a dataset's runs: their protocol, and which of `domains` (those run) are stand-ins for
+    the paper's data."""
+    return (f"Preset {cfg.preset}: {cfg.rounds} rounds x {cfg.local_epochs} local epochs, batch {cfg.batch_size}, "
+            f"lr {cfg.lr:g}, momentum {cfg.momentum:g}, client fraction {cfg.client_fraction:g}"
+            + (f", test sets capped at {cfg.eval_max}" if cfg.eval_max else "") + "."
+            + "".join(f" {d}: {note}." for d, note in STAND_INS.get(cfg.dataset, {}).items() if d in domains))
+
+
 def report(table: str, profile: str, runs: list[RunConfig], results_dir: Path) -> pd.DataFrame:
     """results_dir/table<N>.md and .csv (`report_name`): ours (mean, std over seeds) beside the paper,
     differences, change against FedAvg, rank order, and where the table asks, what a client uploads and
@@ -179,9 +188,7 @@ def report(table: str, profile: str, runs: list[RunConfig], results_dir: Path) -
         kept = [d for d in doms if d not in dropped.get(ds, [])]
         methods = list(dict.fromkeys(c.method for c in runs if c.dataset == ds))
         c0 = next(c for c in runs if c.dataset == ds)
-        setting = (f"Preset {c0.preset}: {c0.rounds} rounds x {c0.local_epochs} local epochs, batch {c0.batch_size}, "
-                   f"lr {c0.lr:g}, momentum {c0.momentum:g}, client fraction {c0.client_fraction:g}"
-                   + (f", test sets capped at {c0.eval_max}" if c0.eval_max else "") + ".")
+        setting = setting_line(c0, kept)
         sub = agg[agg.dataset == ds].set_index(["method", "domain"])
         avg_label = "AVG" if len(kept) == len(doms) else f"AVG of {len(kept)}"
         header = ["method", *doms, avg_label, "Δ FedAvg (paper)", "rank (paper)", *(["up MB", "down MB"] if comm else []),

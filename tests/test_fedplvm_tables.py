@@ -11,9 +11,10 @@ import pandas as pd
 import pytest
 
 from benchmark import paper
+from benchmark.config import RunConfig
 from benchmark.results import read_jsonl
 from benchmark.tables import GROUPS, TABLES, make_target
-from ray_jobs.sweep import execute, main, plan
+from ray_jobs.sweep import execute, main, plan, setting_line
 
 DOMAINS = "mnist,usps,amazon,dslr"  # two domains of each dataset (the shared data has no full SVHN)
 T12 = ["fedavg", "fedprox", "fedproto", "fpl", "fedplvm"]
@@ -54,9 +55,20 @@ def test_tables_1_and_2_beside_the_paper(smoke):
                 assert c["diff"] == pytest.approx(v - c["paper"], abs=1e-3)
     md = (smoke / "tablefedplvm12.md").read_text()
     assert "accuracy after the final round" in md and "Preset fedplvm-digit5: 2 rounds" in md
+    assert "stands in" not in md  # no Synth run here (below: the line of a run with it)
     assert "| fedpcl (not implemented) | – (88.84) |  | – (84.74) |" in md  # the paper's values, no run
     assert "| fedfa (not implemented) | – (56.46) |  | – (60.00) |" in md
     assert not any((smoke / "runs").glob("fedpcl*")) and not any((smoke / "runs").glob("fedfa*"))
+
+
+def test_a_report_names_synth_a_stand_in_when_it_ran():
+    """Digit-5's syn archive is FPL's SYN, not FedPLVM's SynthDigits: the report's setting line says so."""
+    cfg = RunConfig.from_preset("fedplvm-digit5", method="fedplvm")
+    line = setting_line(cfg, ["mnist", "usps", "syn"])
+    assert line.startswith("Preset fedplvm-digit5: 50 rounds x 2 local epochs, batch 32")
+    assert "syn: FPL's SYN (Roy et al. 2018" in line and "stands in for FedPLVM's SynthDigits" in line
+    assert "stands in" not in setting_line(cfg, ["mnist", "usps"])
+    assert "stands in" not in setting_line(RunConfig.from_preset("fpl-digits"), ["mnist", "syn"])  # FPL's own SYN
 
 
 def test_ablation_tables_and_the_shared_run(smoke, data_root):
