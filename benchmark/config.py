@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -225,6 +226,11 @@ class RunConfig:
         for name in ("cpus_per_actor", "gpus_per_actor", "driver_cpus", "driver_gpus"):
             if not getattr(self, name) >= 0:
                 raise ConfigError(f"{name.replace('_', '-')} must be 0 or more (got {getattr(self, name)}).")
+        for name in ("gpus_per_actor", "driver_gpus"):
+            g = getattr(self, name)
+            if g > 1 and g != int(g):
+                raise ConfigError(f"{name.replace('_', '-')} {g:g}: Ray gives a process a fraction of one GPU (at most 1) "
+                                  f"or whole GPUs; use {math.floor(g)}, {math.ceil(g)} or a fraction below 1.")
         if self.device not in DEVICES and not self.device.startswith("cuda:"):
             raise ConfigError(f"unknown device {self.device!r}; choose one of: {', '.join(DEVICES)} (or cuda:N).")
         spec = METHODS[self.method]

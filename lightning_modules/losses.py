@@ -7,6 +7,15 @@ import torch
 import torch.nn.functional as F
 
 
+def cosine_matrix(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """len(a) x len(b): the cosine of each row of `a` with each row of `b`, in float32 or wider even under
+    bf16-mixed autocast: divided by a temperature of 0.02, bfloat16's resolution of a cosine near 1
+    (about 0.004) would move a logit by about 0.2."""
+    dtype = torch.promote_types(torch.promote_types(a.dtype, b.dtype), torch.float32)
+    with torch.autocast(a.device.type, enabled=False):
+        return F.normalize(a.to(dtype), dim=1) @ F.normalize(b.to(dtype), dim=1).T
+
+
 def cpcl_loss(
     features: torch.Tensor,
     labels: torch.Tensor,
@@ -21,7 +30,7 @@ def cpcl_loss(
     the reference code, so tau = 0.01 overflows to a non-finite loss as the paper's
     Fig. 4 reports. A sample whose class has no prototype contributes 0.
     """
-    sim = F.normalize(features, dim=1) @ F.normalize(prototypes, dim=1).T  # B x M
+    sim = cosine_matrix(features, prototypes)  # B x M
     expo = torch.exp(sim / tau)
     positive = labels[:, None] == prototype_labels[None, :]
     has_pos = positive.any(dim=1)
@@ -65,7 +74,7 @@ def prototype_infonce(z: torch.Tensor, y: torch.Tensor, global_protos: torch.Ten
     """
     held = ~torch.isnan(global_protos).any(dim=1)
     classes = torch.nonzero(held).flatten()
-    logits = F.normalize(z, dim=1) @ F.normalize(global_protos[classes], dim=1).T / temperature
+    logits = cosine_matrix(z, global_protos[classes]) / temperature
     target_of_class = torch.full((len(global_protos),), -100, dtype=torch.long, device=z.device)
     target_of_class[classes] = torch.arange(len(classes), device=z.device)
     per_sample = F.cross_entropy(logits, target_of_class[y], ignore_index=-100, reduction="none")
@@ -77,7 +86,7 @@ COS_EPS = 1e-6  # FedPLVM: cosines are clamped here before the power alpha (d/ds
 
 def _alpha_similarity(features: torch.Tensor, prototypes: torch.Tensor, alpha: float) -> torch.Tensor:
     """B x M: max(cos(z, p), COS_EPS) ** alpha."""
-    cos = F.normalize(features, dim=1) @ F.normalize(prototypes, dim=1).T
+    cos = cosine_matrix(features, prototypes)
     return cos.clamp_min(COS_EPS) ** alpha
 
 

@@ -45,9 +45,12 @@ from lightning_modules.fused import FusedNonFiniteLoss, fit_fused
 from lightning_modules.resnet import build_model
 
 
-def resolve_device(name: str) -> torch.device:
+def resolve_device(name: str, gpu_share: float | None = None) -> torch.device:
+    """`--device` in this process. auto: cuda when the process sees a GPU and, in a Ray actor (`gpu_share`: the
+    GPUs Ray reserved for it), only with a share: recent Ray (2.60 here) no longer hides the GPUs from an actor that
+    reserved none, and such an actor would crowd onto GPU 0 unseen by Ray's scheduler."""
     if name == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+        return torch.device("cuda" if torch.cuda.is_available() and (gpu_share is None or gpu_share > 0) else "cpu")
     return torch.device(name)
 
 
@@ -88,7 +91,7 @@ class ClientGroup:
 
     def __init__(self, cfg: RunConfig, clients: list[dict], data_root: str):
         self.cfg = cfg
-        self.device = resolve_device(cfg.device)
+        self.device = resolve_device(cfg.device, cfg.gpus_per_actor if cfg.executor == "ray" else None)
         if self.device.type == "cpu":  # the actor's CPU share, in or out of Ray: same kernels, same numbers
             torch.set_num_threads(max(1, int(cfg.cpus_per_actor)))
         self.clients = clients

@@ -183,7 +183,7 @@ class Driver:
     def __init__(self, cfg: RunConfig, clients: list[dict], data_root: str):
         self.cfg = cfg
         torch.set_num_threads(max(1, int(cfg.driver_cpus)))
-        self.device = resolve_device(cfg.device)
+        self.device = resolve_device(cfg.device, cfg.driver_gpus if cfg.executor == "ray" else None)
         spec = cfg.dataset_spec
         torch.manual_seed(cfg.seed)  # one initialisation for every client
         model = build_model(spec.model, spec.num_classes)

@@ -157,10 +157,33 @@ def check_device(cfg: RunConfig) -> None:
         if not torch.cuda.is_available():
             raise ConfigError(f"--device {cfg.device} but this machine has no CUDA GPU (torch.cuda.is_available() is "
                               "False); use --device cpu or --device auto.")
+    elif cfg.device != "cuda":
+        raise ConfigError(f"--device {cfg.device} picks a GPU of this machine, but under Ray each process sees only the "
+                          "GPUs Ray reserved for it, numbered from cuda:0; use --device cuda with --driver-gpus and "
+                          "--gpus-per-actor (Ray picks the GPUs), or --executor local.")
     elif cfg.driver_gpus <= 0 or cfg.gpus_per_actor <= 0:
         raise ConfigError(f"--device {cfg.device} with the Ray executor needs a GPU share for the driver and every actor "
                           f"(got --driver-gpus {cfg.driver_gpus:g}, --gpus-per-actor {cfg.gpus_per_actor:g}); give both "
                           "(fractions share a GPU) or use --device auto.")
+
+
+def gpus_needed(shares: list[float]) -> int:
+    """The fewest GPUs that hold these per-process GPU shares as Ray places them: a share of 1 or more takes that
+    many whole GPUs, a fraction must fit on one GPU beside the others there (first fit, largest first)."""
+    whole = sum(math.ceil(g - 1e-9) for g in shares if g >= 1)
+    free: list[float] = []  # what is left on each GPU holding fractions
+    for g in sorted((g for g in shares if 0 < g < 1), reverse=True):
+        i = next((i for i, f in enumerate(free) if f >= g - 1e-9), None)
+        if i is None:
+            free.append(1 - g)
+        else:
+            free[i] -= g
+    return whole + len(free)
+
+
+def run_gpu_shares(cfg: RunConfig) -> list[float]:
+    """The GPU share of each process of a run: its driver and every client actor."""
+    return [cfg.driver_gpus, *[cfg.gpus_per_actor] * cfg.num_actors]
 
 
 def init_ray(cfg: RunConfig):
@@ -169,7 +192,7 @@ def init_ray(cfg: RunConfig):
     address = os.environ.get("RAY_ADDRESS")
     check_ray_address(address)
     need_cpu = cfg.driver_cpus + cfg.num_actors * cfg.cpus_per_actor
-    need_gpu = cfg.driver_gpus + cfg.num_actors * cfg.gpus_per_actor
+    need_gpu = gpus_needed(run_gpu_shares(cfg))
     if not ray.is_initialized():
         if address:
             try:
@@ -186,9 +209,9 @@ def init_ray(cfg: RunConfig):
     have = ray.cluster_resources()
     if need_cpu > have.get("CPU", 0) or need_gpu > have.get("GPU", 0):
         raise RunError(
-            f"the run asks for {need_cpu:g} CPUs and {need_gpu:g} GPUs (driver plus {cfg.num_actors} actors) but the "
-            f"Ray cluster has {have.get('CPU', 0):g} CPUs and {have.get('GPU', 0):g} GPUs; lower --num-actors, "
-            "--cpus-per-actor or --gpus-per-actor (fractions share a GPU)."
+            f"the run asks for {need_cpu:g} CPUs and {need_gpu:g} GPUs (driver plus {cfg.num_actors} actors; a GPU holds "
+            f"fractions up to 1) but the Ray cluster has {have.get('CPU', 0):g} CPUs and {have.get('GPU', 0):g} GPUs; lower "
+            "--num-actors, --cpus-per-actor or --gpus-per-actor (fractions share a GPU)."
         )
     return ray
 

@@ -38,7 +38,7 @@ from benchmark.results import atomic_write, read_jsonl, read_summary, run_comple
 from benchmark.tables import GROUPS, METRICS, PROFILES, TABLES, make_target, report_name
 from ray_jobs import table_fedproto
 from ray_jobs.progress import SweepProgress
-from ray_jobs.run import OneLineParser, RunError, init_ray, run
+from ray_jobs.run import OneLineParser, RunError, gpus_needed, init_ray, run, run_gpu_shares
 
 FLAG_POINTS = 2.0
 MB = 1e6
@@ -104,9 +104,9 @@ def execute(runs: list[RunConfig], parallel: int | None) -> list[str]:
         # so runs that only partly fit could wait on each other forever)
         c, have = todo[0], init_ray(todo[0]).cluster_resources()
         fit = math.floor(have.get("CPU", 0) / (c.driver_cpus + c.num_actors * c.cpus_per_actor))
-        need_gpu = c.driver_gpus + c.num_actors * c.gpus_per_actor
-        if need_gpu:
-            fit = min(fit, math.floor(have.get("GPU", 0) / need_gpu))
+        shares = run_gpu_shares(c)
+        while fit > 1 and gpus_needed(shares * fit) > have.get("GPU", 0):  # runs packed together on the GPUs
+            fit -= 1
         parallel = min(parallel or fit, max(1, fit))
     parallel = 1 if todo[0].executor == "local" else parallel
     progress = SweepProgress(len(todo))

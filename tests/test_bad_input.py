@@ -156,6 +156,8 @@ def test_split_asks_more_than_the_domain_has(capsys, tmp_path, data_root, monkey
     (["--device", "tpu"], "unknown device 'tpu'; choose one of: auto, cpu, cuda (or cuda:N)."),
     (["--seed", "-1"], "seed must be 0 or more (got -1)."),
     (["--cpus-per-actor", "-1"], "cpus-per-actor must be 0 or more (got -1.0)."),
+    (["--gpus-per-actor", "1.5"], "gpus-per-actor 1.5: Ray gives a process a fraction of one GPU (at most 1) or whole "
+                                  "GPUs; use 1, 2 or a fraction below 1."),
     (["--bogus-flag"], "unrecognized arguments: --bogus-flag"),
 ])
 def test_bad_flag_one_line_code_2(capsys, tmp_path, data_root, argv, expected):
@@ -185,8 +187,48 @@ def test_gpus_requested_on_a_cluster_without_any(capsys, tmp_path, data_root, ra
     argv = ["--dataset", "office_caltech", "--data-root", str(data_root), *SMALL[:-2], "--executor", "ray",
             "--gpus-per-actor", "0.5"]
     err = fails(capsys, argv, tmp_path)
-    assert "asks for 3 CPUs and 1 GPUs (driver plus 2 actors)" in err and "has 4 CPUs and 0 GPUs" in err
+    assert "asks for 3 CPUs and 1 GPUs (driver plus 2 actors; a GPU holds fractions up to 1)" in err
+    assert "has 4 CPUs and 0 GPUs" in err
     assert not (tmp_path / "config.json").exists()
+
+
+def test_device_cuda_n_on_ray(capsys, tmp_path, data_root):
+    """Under Ray a process sees only its reserved GPUs, as cuda:0: cuda:1 would be an invalid ordinal there."""
+    err = fails(capsys, ["--device", "cuda:1", "--executor", "ray", "--driver-gpus", "1", "--gpus-per-actor", "1",
+                         "--dataset", "office_caltech", "--data-root", str(data_root)], tmp_path)
+    assert "--device cuda:1 picks a GPU of this machine, but under Ray each process sees only the GPUs" in err
+    assert "use --device cuda with --driver-gpus and --gpus-per-actor" in err
+
+
+@pytest.mark.parametrize("shares,gpus", [
+    ([0, 0, 0], 0),
+    ([0, 0.5, 0.5], 1),
+    ([0, 0.6, 0.6, 0.6], 3),  # 1.8 in all, but no two of 0.6 share a GPU
+    ([0.5] * 4, 2),
+    ([1, 0.5, 0.5, 0.3], 3),  # a whole GPU, then 0.5 + 0.5 on one, 0.3 on another
+    ([0.4, 0.3, 0.3, 0.6], 2),  # 0.6 + 0.4, 0.3 + 0.3
+    ([2, 0.25, 0.25, 0.25, 0.25], 3),
+])
+def test_gpus_needed_packs_fractions_as_ray_places_them(shares, gpus):
+    from ray_jobs.run import gpus_needed
+
+    assert gpus_needed(shares) == gpus
+
+
+def test_auto_device_rule(monkeypatch):
+    """--device auto: cuda where the process sees a GPU; in a Ray actor only with a GPU share (Ray no longer hides
+    the GPUs from an actor without one)."""
+    import torch
+
+    from ray_jobs.clients import resolve_device
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    assert resolve_device("auto") == torch.device("cuda")  # in process
+    assert resolve_device("auto", 0.5) == torch.device("cuda")
+    assert resolve_device("auto", 0.0) == torch.device("cpu")
+    assert resolve_device("cpu", 1.0) == torch.device("cpu")
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert resolve_device("auto") == resolve_device("auto", 1.0) == torch.device("cpu")
 
 
 def test_help_exits_zero(capsys):

@@ -305,3 +305,27 @@ def test_local_prototypes_are_means_of_the_last_epoch(usps):
         assert torch.all(got[k] >= 0)
     # the weights moved between the epochs, so epoch 1's means are not what was returned
     assert any(not torch.allclose(got[k], first_epoch[k], rtol=1e-4, atol=1e-5) for k in got)
+
+
+def test_contrastive_similarities_stay_float32_under_bf16_autocast():
+    """--precision bf16-mixed: the features come out of the network in bfloat16, but the cosines divided by
+    tau = 0.02 (FPL, FedAPC), 0.07 (FedPLVM) or T = 1 (FedProc) are computed in float32: the loss equals the
+    float32 loss of the same (bfloat16) features. A bfloat16 matmul would resolve the cosines near 1 of a
+    trained model to about 0.004, 0.2 in a logit, and miss by far more than 1e-5."""
+    from lightning_modules.losses import alpha_sparsity_loss, prototype_infonce
+
+    g = torch.Generator().manual_seed(0)
+    protos = torch.randn(30, 512, generator=g)
+    proto_labels = torch.arange(30) % 10
+    y = torch.randint(0, 10, (64,), generator=g)
+    own = protos[y + 10 * torch.randint(0, 3, (64,), generator=g)]
+    z = (own + 0.05 * torch.randn(64, 512, generator=g)).to(torch.bfloat16)  # near a prototype: cos about 0.999
+    losses = {"cpcl": lambda f: cpcl_loss(f, y, protos, proto_labels, 0.02),
+              "alpha": lambda f: alpha_sparsity_loss(f, y, protos, proto_labels, 0.25, 0.07),
+              "infonce": lambda f: prototype_infonce(f, y, protos[:10], 1.0)}
+    for name, loss in losses.items():
+        ref = loss(z.float())
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            out = loss(z)
+        assert out.dtype == torch.float32, name
+        assert abs(out.item() - ref.item()) < 1e-5 * max(1.0, abs(ref.item())), (name, out.item(), ref.item())
