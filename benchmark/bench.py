@@ -81,7 +81,7 @@ def plain_loop(net, x, y, epochs, batch_size, gen, lr=0.01):
 
 def sync(device):
     if device.type == "cuda":
-        torch.cuda.synchronize()
+        torch.cuda.synchronize(device)
 
 
 def timed(fns, device, repeats):

@@ -89,6 +89,5 @@ def nearest_prototype(features: torch.Tensor, global_protos: torch.Tensor, class
     allowed[classes] = True
     allowed &= ~torch.isnan(global_protos).any(dim=1)
     dist = torch.cdist(features, torch.nan_to_num(global_protos).to(features.dtype))  # B x K
-    dist[:, ~allowed] = float("inf")
-    pred = dist.argmin(dim=1)
-    return pred if bool(allowed.any()) else torch.full_like(pred, -1)
+    pred = dist.masked_fill(~allowed, float("inf")).argmin(dim=1)
+    return torch.where(allowed.any(), pred, -1)  # masks, no host sync per test batch

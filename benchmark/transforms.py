@@ -47,6 +47,14 @@ def crop_flip(x: torch.Tensor, top: torch.Tensor, left: torch.Tensor, flip: torc
     return padded[batch, chan, rows[:, None, :, None], cols[:, None, None, :]]
 
 
+def to_device(t: torch.Tensor, device: torch.device) -> torch.Tensor:
+    """`t` on `device`; from the CPU to a GPU through pinned memory without blocking the host, so that drawing
+    a step's augmentation on the CPU does not wait for the GPU to finish the step before."""
+    if device.type == "cuda" and t.device.type == "cpu":
+        return t.pin_memory().to(device, non_blocking=True)
+    return t.to(device)
+
+
 def crop_flip_params(n: int, generator: torch.Generator | None = None) -> torch.Tensor:
     """The draws of `augment` for n images, on the generator's device: 3 x n (top, left, flip as 0/1), drawn
     in this order: the offsets (2 x n, uniform in {0..8}), then the flips (U(0,1) < 1/2)."""
@@ -60,7 +68,7 @@ def augment(x_uint8: torch.Tensor, generator: torch.Generator | None = None, mea
             std: tuple = IMAGENET_STD, params: torch.Tensor | None = None) -> torch.Tensor:
     """Random crop with 4-pixel zero padding, random horizontal flip, normalise; `params`: the draws
     (`crop_flip_params`) when already made, else drawn here from `generator`."""
-    p = (crop_flip_params(x_uint8.shape[0], generator) if params is None else params).to(x_uint8.device)
+    p = to_device(crop_flip_params(x_uint8.shape[0], generator) if params is None else params, x_uint8.device)
     return normalize(crop_flip(x_uint8, p[0], p[1], p[2].bool()), mean, std)
 
 
@@ -127,7 +135,7 @@ def erase(x: torch.Tensor, erase_: torch.Tensor, top, left, height, width, value
     `value` where `erase_`; one mask for the batch."""
     n, _, h, w = x.shape
     dev = x.device
-    top, left, height, width, erase_ = (t.to(dev) for t in (top, left, height, width, erase_))
+    top, left, height, width, erase_ = (to_device(t, dev) for t in (top, left, height, width, erase_))
     rows = torch.arange(h, device=dev)[None, :]
     cols = torch.arange(w, device=dev)[None, :]
     in_rows = (rows >= top[:, None]) & (rows < (top + height)[:, None])  # n x h

@@ -44,7 +44,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from benchmark.server import RoundPayload
-from benchmark.transforms import Transform
+from benchmark.transforms import Transform, to_device
 
 
 def precision_context(precision: str, device: torch.device):
@@ -192,7 +192,8 @@ def batches(n: int, batch_size: int, generator: torch.Generator, drop_last: bool
             device: torch.device | None = None):
     """Shuffled index batches (drawn from `generator`, moved to `device` once per epoch); the last one short,
     or dropped with `drop_last` (a DataLoader's rule)."""
-    perm = torch.randperm(n, generator=generator).to(device)
+    perm = torch.randperm(n, generator=generator)
+    perm = perm if device is None else to_device(perm, device)
     out = perm.split(batch_size)
     return out[: n // batch_size] if drop_last else out
 

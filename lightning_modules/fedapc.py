@@ -39,10 +39,15 @@ class FedAPCRound(RoundPayload):
 class FedAPCClient(ClientModule):
     payload: FedAPCRound | None
 
+    def start_round(self, round_idx, payload, global_state, client_state=None):
+        super().start_round(round_idx, payload, global_state, client_state)
+        # the prototypes some client holds, picked once per round (not a wait for the device every step)
+        self.held = None if self.payload is None else held_prototypes(self.payload.global_protos)
+
     def extra_loss(self, x, y, logits, z):
         if self.payload is None:  # round 0: no prototypes yet
             return None
-        protos, labels = held_prototypes(self.payload.global_protos)
+        protos, labels = self.held
         return cpcl_loss(z, y, protos, labels, self.hparams["tau"])
 
     def views(self, x: torch.Tensor, generator: torch.Generator) -> list[torch.Tensor]:

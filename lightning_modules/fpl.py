@@ -34,6 +34,12 @@ class FPLRound(RoundPayload):
 class FPLClient(ClientModule):
     payload: FPLRound | None
 
+    def start_round(self, round_idx, payload, global_state, client_state=None):
+        super().start_round(round_idx, payload, global_state, client_state)
+        # CPCL against the global prototypes (Fig. 5's ablation): those some client holds, picked once per round
+        # (not a wait for the device every step)
+        self.held = None if self.payload is None else held_prototypes(self.payload.global_protos)
+
     def extra_loss(self, x, y, logits, z):
         p, hp = self.payload, self.hparams
         if p is None:  # round 0: no prototypes yet
@@ -43,7 +49,7 @@ class FPLClient(ClientModule):
             if hp["cpcl_protos"] == "cluster":
                 protos, proto_labels = p.cluster_protos, p.cluster_labels
             else:  # one global (mean) prototype per class
-                protos, proto_labels = held_prototypes(p.global_protos)
+                protos, proto_labels = self.held
             loss = loss + cpcl_loss(z, y, protos, proto_labels, hp["tau"])
         if hp["upcr"]:
             target = p.unbiased_protos if hp["upcr_target"] == "unbiased" else p.global_protos

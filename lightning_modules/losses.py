@@ -73,11 +73,11 @@ def prototype_infonce(z: torch.Tensor, y: torch.Tensor, global_protos: torch.Ten
     contributes 0.
     """
     held = ~torch.isnan(global_protos).any(dim=1)
-    classes = torch.nonzero(held).flatten()
-    logits = cosine_matrix(z, global_protos[classes]) / temperature
-    target_of_class = torch.full((len(global_protos),), -100, dtype=torch.long, device=z.device)
-    target_of_class[classes] = torch.arange(len(classes), device=z.device)
-    per_sample = F.cross_entropy(logits, target_of_class[y], ignore_index=-100, reduction="none")
+    # absent classes: logit -inf (out of the softmax), their samples' target ignored; masks, not an index of the
+    # held rows (torch.nonzero would wait for the device every step)
+    logits = (cosine_matrix(z, torch.nan_to_num(global_protos)) / temperature).masked_fill(~held, float("-inf"))
+    target = torch.where(held[y], y, -100)
+    per_sample = F.cross_entropy(logits, target, ignore_index=-100, reduction="none")
     return per_sample.sum() / len(y)
 
 

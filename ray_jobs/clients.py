@@ -312,13 +312,15 @@ class ClientGroup:
             module.net.load_state_dict(self.start_weights(c, global_state))
             module.eval()
             counts = torch.zeros(len(rules), dtype=torch.long, device=y.device)
+            if protos is not None:  # on the device once per client, not per batch
+                protos_here, classes_here = protos.to(y.device), torch.as_tensor(classes, device=y.device)
             for i in range(0, len(y), batch_size):
                 with precision_context(self.cfg.precision, self.device):
                     logits, z = module.net(module.transform.eval(x[i:i + batch_size]))
                 yb = y[i:i + batch_size]
                 counts[0] += (logits.argmax(1) == yb).sum()
                 if protos is not None:
-                    pred = nearest_prototype(z.float(), protos.to(z.device), torch.as_tensor(classes, device=z.device))
+                    pred = nearest_prototype(z.float(), protos_here, classes_here)
                     counts[1] += (pred == yb).sum()
             correct[c["id"]] = counts
         if not correct:

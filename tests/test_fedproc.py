@@ -7,6 +7,7 @@ import math
 
 import pytest
 import torch
+import torch.nn.functional as F
 
 from benchmark.methods import METHODS
 from lightning_modules.fedproc import FedProcClient, FedProcServer
@@ -78,6 +79,16 @@ def test_prototype_infonce_random_against_per_sample_reference():
     protos[2] = NAN
     for t in (1.0, 0.3):
         assert float(prototype_infonce(z, y, protos, t)) == pytest.approx(ref_infonce(z, y, protos, t), rel=1e-5)
+    # the absent class (a masked logit) gives a finite gradient, that of the loss over the held classes alone
+    zg = z.clone().requires_grad_(True)
+    prototype_infonce(zg, y, protos, 0.3).backward()
+    held, keep = torch.tensor([0, 1, 3]), y != 2
+    zh = z.clone().requires_grad_(True)
+    target = torch.tensor([0, 1, 2, 2, 2, 1, 0, 0])  # y's position among the held classes (ignored: y = 2)
+    logits = F.normalize(zh, dim=1) @ F.normalize(protos[held], dim=1).T / 0.3
+    (F.cross_entropy(logits[keep], target[keep], reduction="sum") / len(y)).backward()
+    assert torch.isfinite(zg.grad).all() and torch.allclose(zg.grad, zh.grad, atol=1e-6)
+    assert zg.grad[~keep].abs().max() == 0 and zg.grad[keep].abs().max() > 1e-3
 
 
 def make_client():
