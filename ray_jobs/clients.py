@@ -45,6 +45,12 @@ from lightning_modules.fused import FusedNonFiniteLoss, fit_fused
 from lightning_modules.resnet import build_model
 
 
+def aggregation_weight(cfg: RunConfig, rule, n: int) -> float:
+    """A client's weight in the average of round weights, from its n training samples: the rule's `client_weight`
+    of n, or of 1 when the protocol averages each client alike (`aggregation="mean"`)."""
+    return rule.client_weight(cfg.hparams, n if cfg.aggregation == "samples" else 1)
+
+
 def resolve_device(name: str, gpu_share: float | None = None) -> torch.device:
     """`--device` in this process. auto: cuda when the process sees a GPU and, in a Ray actor (`gpu_share`: the
     GPUs Ray reserved for it), only with a share: recent Ray (2.60 here) no longer hides the GPUs from an actor that
@@ -271,8 +277,7 @@ class ClientGroup:
                 losses[cid] = member_losses[i]
                 self.client_states[cid] = module.client_state()
                 if rule.averages_weights:
-                    # the protocol's aggregation: by sample count, or each client alike (as if of one sample)
-                    w = rule.client_weight(cfg.hparams, n if cfg.aggregation == "samples" else 1)
+                    w = aggregation_weight(cfg, rule, n)
                     weight_sum = accumulate(weight_sum, weights, w)
                     total += w
                 else:

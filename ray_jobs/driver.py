@@ -26,10 +26,10 @@ from benchmark.config import RunConfig
 from benchmark.data import domain_test_set, load_domain
 from benchmark.methods import METHODS
 from benchmark.provenance import describe_process
-from benchmark.server import weighted_mean
-from lightning_modules.base import precision_context
+from benchmark.server import State, accumulate, cast_like, weighted_mean
+from lightning_modules.base import own_initialisation, precision_context
 from lightning_modules.resnet import build_model
-from ray_jobs.clients import ClientGroup, StaleClientStates, resolve_device
+from ray_jobs.clients import ClientGroup, StaleClientStates, aggregation_weight, resolve_device
 
 
 def client_accuracies(per_client: dict[int, dict]) -> dict[str, dict[str, float]]:
@@ -206,9 +206,22 @@ class Driver:
             if not self.domain_of:  # (else the client groups hold them)
                 self.test_sets[d] = (x.to(self.device), y.to(self.device))
         mean_size = float(np.mean([c["num_samples"] for c in clients]))  # data_share: n_k / mean n (FedDyn's alpha_k)
-        clients = [{**c, "data_share": c["num_samples"] / mean_size} for c in clients]
+        self.clients = clients = [{**c, "data_share": c["num_samples"] / mean_size} for c in clients]
         executor = RayExecutor if cfg.executor == "ray" else LocalExecutor
         self.executor = executor(cfg, assign_groups(clients, cfg.num_actors), data_root)
+
+    def start_state(self, r: int) -> State:
+        """The weights the clients started round r from, as the rule averages them (what FedOpt's pseudo-gradient
+        and FedDyn's drift step from): the global ones, but in round 0 under `client_init="own"` the mean of the
+        clients' own initialisations, weighted as their trained weights are (`aggregation_weight`)."""
+        if not (r == 0 and self.cfg.client_init == "own"):
+            return self.global_state
+        acc, total = None, 0.0
+        for c in self.clients:
+            w = aggregation_weight(self.cfg, self.rule, c["num_samples"])
+            acc = accumulate(acc, own_initialisation(type(self.model), self.model.num_classes, self.cfg.seed, c["id"]), w)
+            total += w
+        return cast_like({k: v / total for k, v in acc.items()}, self.global_state)
 
     def checkpoint(self) -> dict:
         """What the next round reads: global model, server rule state, payload, every client's state."""
@@ -256,7 +269,7 @@ class Driver:
 
         if self.rule.averages_weights:
             mean64 = weighted_mean([res["sum"] for res in results], [res["weight"] for res in results])
-            self.global_state = self.rule.aggregate(self.global_state, mean64, r)
+            self.global_state = self.rule.aggregate(self.start_state(r), mean64, r)
         t2 = time.perf_counter()
 
         protos = {cid: p for res in results for cid, p in res["protos"].items()}
