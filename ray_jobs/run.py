@@ -186,6 +186,18 @@ def run_gpu_shares(cfg: RunConfig) -> list[float]:
     return [cfg.driver_gpus, *[cfg.gpus_per_actor] * cfg.num_actors]
 
 
+def unused_gpus_note(cfg: RunConfig, have: dict) -> str | None:
+    """A note when the Ray cluster has GPUs and the run reserves none: its processes then train on CPUs (a process
+    uses a GPU only with a share of one, `resolve_device`)."""
+    if have.get("GPU", 0) > 0 and not any(run_gpu_shares(cfg)) and cfg.device in ("auto", "cpu"):
+        return (f"note: the Ray cluster has {have['GPU']:g} GPUs but this run reserves none, so it trains on CPUs; "
+                "give --gpus-per-actor and --driver-gpus (fractions share a GPU) to use them.")
+    return None
+
+
+_NOTES_SAID: set[str] = set()  # each note once per process (a sweep checks every run)
+
+
 def init_ray(cfg: RunConfig):
     import ray
 
@@ -213,6 +225,10 @@ def init_ray(cfg: RunConfig):
             f"fractions up to 1) but the Ray cluster has {have.get('CPU', 0):g} CPUs and {have.get('GPU', 0):g} GPUs; lower "
             "--num-actors, --cpus-per-actor or --gpus-per-actor (fractions share a GPU)."
         )
+    note = unused_gpus_note(cfg, have)
+    if note and note not in _NOTES_SAID:
+        _NOTES_SAID.add(note)
+        print(note, file=sys.stderr, flush=True)
     return ray
 
 

@@ -7,6 +7,7 @@ import socket
 import numpy as np
 import pytest
 
+from benchmark.config import RunConfig
 from ray_jobs.run import main
 
 SMALL = ["--rounds", "1", "--local-epochs", "1", "--client-fraction", "0.05", "--eval-max", "50", "--executor", "local"]
@@ -234,3 +235,14 @@ def test_auto_device_rule(monkeypatch):
 def test_help_exits_zero(capsys):
     assert main(["--help"]) == 0
     assert "--local-epochs" in capsys.readouterr().out
+
+
+def test_a_run_that_reserves_no_gpu_on_a_cluster_with_gpus_is_told_so():
+    from ray_jobs.run import unused_gpus_note
+
+    cfg = RunConfig(method="fpl", dataset="office_caltech")
+    note = unused_gpus_note(cfg, {"CPU": 32, "GPU": 4})
+    assert note.startswith("note: the Ray cluster has 4 GPUs but this run reserves none, so it trains on CPUs")
+    assert unused_gpus_note(cfg, {"CPU": 32}) is None  # a cluster without GPUs
+    shared = RunConfig(method="fpl", dataset="office_caltech", gpus_per_actor=0.25, driver_gpus=0.25)
+    assert unused_gpus_note(shared, {"CPU": 32, "GPU": 4}) is None
