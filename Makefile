@@ -12,6 +12,7 @@ EXECUTOR ?= ray
 ENGINE ?= auto
 PRECISION ?= 32-true
 CHECKPOINT_EVERY ?= 1
+ACTOR_RESTARTS ?= 3
 export RAY_USAGE_STATS_ENABLED ?= 0
 
 TABLES := table1 table2 table3 table-fedproto table-fedplvm table-fedapc table-all
@@ -43,13 +44,15 @@ data: $(STAMP)
 ## Tables 1-5: the group fedplvm12, fedplvm3, fedplvm4, fedplvm5);
 ## EXECUTOR=local: one process, one run after another, no Ray needed; ENGINE=sequential|fused|auto;
 ## PRECISION=32-true|bf16-mixed; CHECKPOINT_EVERY=10: each run's checkpoint every 10 rounds (README, Reliability);
+## ACTOR_RESTARTS=0: a dying client actor stops its run (resumed by the next sweep), and actors send their clients'
+## states (MOON, FedDyn) only for checkpoints, not every round;
 ## METHODS=fedavg,fpl SEEDS=0 DATASETS=digits: run only part of the table (the report covers every
 ## complete run of it and says it is partial)
 $(TABLES): $(STAMP)
 	$(PY) -m ray_jobs.sweep --table $(patsubst -%,%,$(subst table,,$@)) --profile $(PROFILE) $(if $(DOMAINS),--domains $(DOMAINS)) \
 		$(if $(METHODS),--methods $(METHODS)) $(if $(SEEDS),--seeds $(SEEDS)) $(if $(DATASETS),--datasets $(DATASETS)) \
 		--executor $(EXECUTOR) --engine $(ENGINE) --precision $(PRECISION) \
-		--checkpoint-every $(CHECKPOINT_EVERY)
+		--checkpoint-every $(CHECKPOINT_EVERY) --actor-restarts $(ACTOR_RESTARTS)
 
 ## every figure again from the run folders (table reports, smoke reports, the demo), no training
 figures: $(STAMP)

@@ -245,6 +245,13 @@ class RunConfig:
                               f"fedproto-mnist-n3 (or -n4, -n5), not {self.dataset} ({self.dataset_spec.model}).")
 
     @property
+    def states_every_round(self) -> bool:
+        """Whether the client groups send their clients' persistent states (MOON's previous models, FedDyn's h_k)
+        to the driver with every round's results: only Ray actors that Ray may restart (`actor_restarts` > 0) and
+        whose clients must then be rebuilt; otherwise the driver reads them only to write a checkpoint."""
+        return self.executor == "ray" and self.actor_restarts > 0
+
+    @property
     def dataset_spec(self) -> DatasetSpec:
         return DATASET_SPECS[self.dataset]
 

@@ -235,10 +235,10 @@ class ClientGroup:
     def train(self, global_state: State, payload: RoundPayload | None, round_idx: int) -> dict:
         """Train every client of the group from the global state and the payload of round round_idx;
         return the partial sum of the trained weights weighted by the rule's `client_weight`, its total
-        weight, and per client its prototypes, loss and, from a Ray actor, persistent state (`persistent_state`,
-        on the CPU: None for stateless methods that average weights, so only methods with a state send one; the
-        driver needs it every round to rebuild a restarted actor, while in process it reads `persistent_states`
-        only when it writes a checkpoint). Under a rule
+        weight, and per client its prototypes, loss and, when `cfg.states_every_round` (a Ray actor that may be
+        restarted), persistent state (`persistent_state`, on the CPU: None for stateless methods that average
+        weights, so only methods with a state send one; the driver needs it every round to rebuild a restarted
+        actor, otherwise it reads `persistent_states` only when it writes a checkpoint). Under a rule
         that averages no weights each client trains its own model and keeps it here; the sum is then None.
         Also per client the (entries, bytes) of the weights it uploads (none under such a rule)."""
         if self.states_round != round_idx - 1:  # a restarted process: it must not train from initial states
@@ -282,7 +282,7 @@ class ClientGroup:
                     total += w
                 else:
                     self.own_models[cid] = {k: v.detach().clone() for k, v in weights.items()}
-                if cfg.executor == "ray":
+                if cfg.states_every_round:
                     states[cid] = self.persistent_state(cid)
                 sent[cid] = count(weights) if rule.averages_weights else (0, 0)  # (entries, bytes) uploaded
                 protos[cid] = module.local_prototypes(*data[i], gens[i])

@@ -73,16 +73,24 @@ class ActorFailed(RuntimeError):
 class Executor:
     """Client groups and what the driver knows of their clients' persistent states: `client_states` (client id
     -> `client_state()`, on the CPU) after round `states_round`, the states any group must start round
-    `states_round + 1` from (a restarted or resumed group gets them with `set_client_states`). Ray actors
-    send them with every round's results; in process they are read only for a checkpoint (`collect_states`)."""
+    `states_round + 1` from (a restarted or resumed group gets them with `set_client_states`). Ray actors that
+    Ray may restart send them with every round's results (`RunConfig.states_every_round`); otherwise they are
+    read only for a checkpoint (`collect_states`)."""
 
-    def __init__(self):
+    def __init__(self, cfg: RunConfig):
+        self.cfg = cfg
         self.client_states: dict[int, object] = {}
         self.states_round = -1
         self.notes: list[str] = []  # what happened (actor restarts), for the entry point to print
 
     def states_of(self, members: list[int]) -> dict:
         return {cid: self.client_states[cid] for cid in members if cid in self.client_states}
+
+    def collect_states(self) -> None:
+        """`client_states` as of `states_round`: read from the groups, unless they send them every round."""
+        if not self.cfg.states_every_round:
+            for states in self.map("persistent_states"):
+                self.client_states.update(states)
 
 
 class LocalExecutor(Executor):
@@ -91,7 +99,7 @@ class LocalExecutor(Executor):
     parallel = False  # a round's local training is the sum of the groups' times
 
     def __init__(self, cfg: RunConfig, groups: list[list[dict]], data_root: str):
-        super().__init__()
+        super().__init__(cfg)
         self.groups = [ClientGroup(cfg, g, data_root) for g in groups]
 
     def put(self, obj):
@@ -99,11 +107,6 @@ class LocalExecutor(Executor):
 
     def map(self, name: str, *args) -> list:
         return [getattr(g, name)(*args) for g in self.groups]
-
-    def collect_states(self) -> None:
-        """`client_states` as of `states_round` (the groups in this process keep them between checkpoints)."""
-        for states in self.map("persistent_states"):
-            self.client_states.update(states)
 
 
 class RayExecutor(Executor):
@@ -117,13 +120,10 @@ class RayExecutor(Executor):
 
     parallel = True  # the groups train at the same time: a round's local training is the slowest group's
 
-    def collect_states(self) -> None:
-        """Nothing to do: the actors send their clients' states with every round's results."""
-
     def __init__(self, cfg: RunConfig, groups: list[list[dict]], data_root: str):
         import ray
 
-        super().__init__()
+        super().__init__(cfg)
         self.ray = ray
         actor = ray.remote(ClientGroup).options(num_cpus=cfg.cpus_per_actor, num_gpus=cfg.gpus_per_actor,
                                                 max_restarts=cfg.actor_restarts, max_task_retries=0)

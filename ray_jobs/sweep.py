@@ -323,10 +323,13 @@ def main(argv: list[str] | None = None) -> int:
                     help="32-true (as the references) or bf16-mixed; part of each run's protocol (a run at another precision is run again)")
     ap.add_argument("--checkpoint-every", type=int, default=1,
                     help="rounds between each run's checkpoints (a resume redoes at most N-1 rounds)")
+    ap.add_argument("--actor-restarts", type=int, default=3,
+                    help="restarts of one client actor before its run stops; 0: a run's actors send their clients' "
+                         "states only for its checkpoints, not every round (README, Reliability)")
     args = ap.parse_args(argv)
     results_dir = Path(args.results_dir or ("results" if args.profile == "full" else "results/smoke"))
     extra = {"executor": args.executor, "engine": args.engine, "precision": args.precision,
-             "checkpoint_every": args.checkpoint_every}
+             "checkpoint_every": args.checkpoint_every, "actor_restarts": args.actor_restarts}
     tables = GROUPS.get(args.table, (args.table,))
     try:
         runs = {t: plan(t, args.profile, args.domains.split(",") if args.domains else None, results_dir,

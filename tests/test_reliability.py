@@ -254,28 +254,37 @@ def test_sweep_resumes_an_interrupted_run_from_its_last_round(killed, reference,
     assert summary(out) == summary(reference)
 
 
-def test_checkpoint_every_two_rounds_in_process_reads_the_states_from_the_groups_and_resumes_identically(
-        reference, data_root, tmp_path):
-    """--checkpoint-every 2: checkpoints after round 1 and the last round, none after round 0. In process the
-    clients' states stay in their groups between checkpoints (nothing copied per round); a checkpoint reads
-    them, and a run resumed from it gives the metrics of an uninterrupted run (FedDyn's h_k carried)."""
+@pytest.mark.parametrize("executor,restarts", [("local", 3), ("ray", 0)])
+def test_checkpoint_every_two_rounds_reads_the_states_from_the_groups_and_resumes_identically(
+        reference, data_root, tmp_path, executor, restarts):
+    """--checkpoint-every 2: checkpoints after round 1 and the last round, none after round 0. In process, and
+    from Ray actors that Ray will not restart (--actor-restarts 0: none needs rebuilding), the clients' states
+    stay in their groups between checkpoints (nothing sent per round); a checkpoint reads them, and a run
+    resumed from it gives the metrics of an uninterrupted run (FedDyn's h_k carried)."""
     from ray_jobs.driver import Driver
     from ray_jobs.run import plan_run_clients
 
-    cfg = config(data_root, tmp_path / "driver", executor="local")
+    cfg = config(data_root, tmp_path / "driver", executor=executor, actor_restarts=restarts)
+    assert not cfg.states_every_round and config(data_root, tmp_path, executor="ray").states_every_round
     driver = Driver(cfg, plan_run_clients(cfg), str(data_root))
     driver.run_round(0)
-    assert driver.executor.client_states == {}  # not copied out of the groups in the round
+    assert driver.executor.client_states == {}  # not sent out of the groups in the round
     ck = driver.checkpoint()
+    if executor == "ray":
+        import ray
+
+        for actor in driver.executor.groups:  # (a run's driver actor takes its client actors with it)
+            ray.kill(actor)
     assert ck["states_round"] == 0 and sorted(ck["client_states"]) == list(range(5))
     for st in ck["client_states"].values():  # h_k after round 0: the client's weight change, not the zeros it started from
         assert any(bool(h.abs().sum() > 0) for h in st["h"]) and all(bool(torch.isfinite(h).all()) for h in st["h"])
 
     out = tmp_path / "run"
     with pytest.raises(RunError) as e:
-        run(config(data_root, out, executor="local", checkpoint_every=2, test_faults={"nan_loss": [2, 3]}), quiet=True)
+        run(config(data_root, out, executor=executor, actor_restarts=restarts, checkpoint_every=2,
+                   test_faults={"nan_loss": [2, 3]}), quiet=True)
     assert "The run folder keeps its rounds up to 1 (checkpoint)" in str(e.value)
     assert [f.name for f in checkpoint.listing(out / checkpoint.DIR)] == ["round_0001.pt"]
-    run(config(data_root, out, executor="local", checkpoint_every=2), quiet=True, resume=True)
+    run(config(data_root, out, executor=executor, actor_restarts=restarts, checkpoint_every=2), quiet=True, resume=True)
     assert metrics(out) == metrics(reference)
     assert summary(out) == summary(reference)

@@ -32,6 +32,16 @@ def test_precision_and_drop_last_are_part_of_a_runs_protocol(data_root, tmp_path
     assert protocol(fp32[0])["drop_last"] is False
 
 
+def test_checkpoint_every_and_actor_restarts_are_not_part_of_a_runs_protocol(data_root, tmp_path):
+    """`make table2 CHECKPOINT_EVERY=10 ACTOR_RESTARTS=0`: every run gets them, and a complete run stays complete."""
+    plain = plan("2", "smoke", ["mnist", "usps", "syn"], tmp_path, str(data_root))
+    fast = plan("2", "smoke", ["mnist", "usps", "syn"], tmp_path, str(data_root),
+                {"checkpoint_every": 10, "actor_restarts": 0})
+    assert {(c.checkpoint_every, c.actor_restarts, c.states_every_round) for c in fast} == {(10, 0, False)}
+    assert {(c.checkpoint_every, c.actor_restarts, c.states_every_round) for c in plain} == {(1, 3, True)}
+    assert [protocol(c) for c in fast] == [protocol(c) for c in plain] and [c.out for c in fast] == [c.out for c in plain]
+
+
 def test_sweep_stops_before_any_run_when_a_domain_is_absent(data_root, tmp_path):
     with pytest.raises(DataError, match=r"svhn_train\.npz.*started no run.*DOMAINS=mnist,usps,syn make table2"):
         plan("2", "smoke", None, tmp_path, str(data_root))
