@@ -119,8 +119,10 @@ def trainer_fit(module, x, y, epochs, batch_size):
 
     logging.getLogger("lightning.pytorch").setLevel(logging.WARNING)
     loader = DataLoader(TensorDataset(x, y), batch_size=batch_size, shuffle=True)
-    trainer = L.Trainer(max_epochs=epochs, accelerator=x.device.type, devices=1, logger=False, enable_checkpointing=False,
-                        enable_progress_bar=False, enable_model_summary=False, num_sanity_val_steps=0)
+    devices = [x.device.index or 0] if x.device.type == "cuda" else 1  # the bench's GPU, not always cuda:0
+    trainer = L.Trainer(max_epochs=epochs, accelerator=x.device.type, devices=devices, logger=False,
+                        enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
+                        num_sanity_val_steps=0)
     with warnings.catch_warnings(), redirect_stdout(io.StringIO()):
         warnings.simplefilter("ignore")
         trainer.fit(module, loader)
