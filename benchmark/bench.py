@@ -9,7 +9,8 @@
 (4) The client engines: images per second of a group of equal-size clients trained
     one after another (`--engine sequential`) and as one batched computation
     (`--engine fused`), and their ratio; on a GPU in 32-true and bf16-mixed, on the
-    CPU in 32-true with small settings.
+    CPU in 32-true with small settings. Also the fused step's input: the clients'
+    augmented batches built one client at a time vs with one gather for all.
 (5) On a GPU: per-phase round times with each engine (in-process executor) and,
     with --full-runs, the wall time of one full FPL run on Office-Caltech with each
     engine and on Digits with the engine auto (the paper's protocol, in-process
@@ -190,6 +191,24 @@ def engine_throughput(device, method: str, clients: int, n: int, epochs: int, re
     return images / t_seq, images / t_fused
 
 
+def input_batches(device, clients: int, n: int, repeats: int) -> tuple[float, float]:
+    """Seconds per step to build the fused engine's input, `clients` batches of 64 augmented images: one
+    `augmented_batch` per client (a gather and host-to-device copies each) vs `Transform.train_stacked` (one
+    gather, one copy of every client's draws); the same images."""
+    from benchmark.transforms import Transform
+    from lightning_modules.base import augmented_batch
+
+    x = torch.randint(0, 256, (clients, n, 3, 32, 32), dtype=torch.uint8, device=device)
+    idx = torch.stack([torch.randperm(n, device=device)[:64] for _ in range(clients)])
+    t, gens = Transform(), [torch.Generator().manual_seed(i) for i in range(clients)]
+    per_client = lambda: torch.stack([augmented_batch(x[i], x[i, :, 0, 0, 0], idx[i], g, torch.float32, t)[0]  # noqa: E731
+                                      for i, g in enumerate(gens)])
+    stacked = lambda: t.train_stacked(x, idx, gens)  # noqa: E731
+    steps = 20
+    return tuple(s / steps for s in timed([lambda: [per_client() for _ in range(steps)],
+                                          lambda: [stacked() for _ in range(steps)]], device, repeats))
+
+
 def memory_format_throughput(device, n: int, eval_n: int, repeats: int) -> dict:
     """{(training|evaluation, contiguous|channels_last): images/s} of ResNet-10 (fit_local, 1 epoch of n
     images, batch 64; one no-grad forward pass of eval_n images), its weights in either memory format."""
@@ -345,6 +364,9 @@ def main(argv=None):
             ips_seq, ips_fused = engine_throughput(device, method, clients, n, epochs, repeats, precision)
             say(f"    {method:8s} {precision:10s} sequential {ips_seq:9.1f} images/s   fused {ips_fused:9.1f} images/s   "
                 f"fused / sequential {ips_fused / ips_seq:6.3f}")
+    t_each, t_one = input_batches(device, clients, n, repeats)
+    say(f"    fused step input ({clients} clients x 64 augmented images): one gather per client {1e3 * t_each:7.2f} ms, "
+        f"one for all {1e3 * t_one:7.2f} ms per step, per client / one {t_each / t_one:6.2f}")
     if device.type == "cuda" or args.profile == "small":
         say()
         say(f"(5) one FPL round on Office-Caltech in process, per phase and share of the round (second round of a "

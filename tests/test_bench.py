@@ -41,6 +41,12 @@ def test_every_section_is_reported_and_saved_under_the_device_name(report):
     assert {(m, p) for m, p, *_ in rows} == {(m, p) for m in ("fedavg", "fpl") for p in ("32-true", "bf16-mixed")}
     for *_, seq, fused, ratio in rows:
         assert float(ratio) == pytest.approx(float(fused) / float(seq), abs=2e-3)
+    # the fused step's input both ways, the ratio the printed times' (to 0.01 ms and 0.01)
+    (clients, each, one, ratio), = re.findall(r"fused step input \((\d+) clients x 64 augmented images\): one gather per "
+                                              r"client +([\d.]+) ms, one for all +([\d.]+) ms per step, per client / one +"
+                                              r"([\d.]+)", text)
+    assert int(clients) == 2 and float(one) > 0
+    assert float(ratio) == pytest.approx(float(each) / float(one), abs=5e-3 + float(each) / float(one) * 0.01 / float(one))
     # (7): training and evaluation in both memory formats, the ratio the printed rates'
     rows = re.findall(r"(training|evaluation), .* contiguous +([\d.]+) images/s +channels_last +([\d.]+) images/s +"
                       r"channels_last / contiguous +([\d.]+)", text)
