@@ -349,7 +349,9 @@ def main(argv=None):
     say(f"    ratio fit_local / plain   {ips_ours / ips_plain:9.3f}")
     if not args.skip_ray:
         say()
-        cfg, phases, _ = round_phases(**small_run)
+        # on a GPU the driver and both actors share it (a process uses a GPU only with a share of one)
+        gpu = dict(device="cuda", gpus_per_actor=1 / 3, driver_gpus=1 / 3) if device.type == "cuda" else {}
+        cfg, phases, _ = round_phases(**small_run, **gpu)
         say(f"(3) one FPL round through Ray: Office-Caltech, {cfg.num_actors} client actors, 10 clients at "
             f"{cfg.client_fraction:g} of their data, 1 local epoch, "
             f"{'full test sets' if cfg.eval_max is None else f'test sets capped at {cfg.eval_max}'} (second round)")
@@ -372,13 +374,14 @@ def main(argv=None):
         say(f"(5) one FPL round on Office-Caltech in process, per phase and share of the round (second round of a "
             f"2-round, 1-epoch run at {prof['phases']['client_fraction']:g} of the data)")
         for engine in ("sequential", "fused"):
-            _, phases, _ = round_phases("local", engine, **small_run)
+            _, phases, _ = round_phases("local", engine, **small_run, device=str(device))
             say(f"    {engine:10s} {shares(phases)}")
         if args.full_runs or args.profile == "small":
             for dataset, engines in (("office_caltech", ("sequential", "fused")), ("digits", ("auto",))):
                 domains, lacking = present_domains(dataset)
                 for engine in engines:
-                    cfg, phases, wall = round_phases("local", engine, "fpl", dataset, domains=domains, **prof["full"])
+                    cfg, phases, wall = round_phases("local", engine, "fpl", dataset, domains=domains, device=str(device),
+                                                     **prof["full"])
                     say(f"    full FPL {dataset}{' without ' + ', '.join(lacking) if lacking else ''}: {cfg.rounds} rounds x "
                         f"{cfg.local_epochs} epochs, engine {engine}: wall {wall:.1f} s (target {TARGETS_S[dataset]} s); "
                         f"last round {shares(phases)}")

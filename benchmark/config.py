@@ -224,8 +224,8 @@ class RunConfig:
         if self.seed < 0:
             raise ConfigError(f"seed must be 0 or more (got {self.seed}).")
         for name in ("cpus_per_actor", "gpus_per_actor", "driver_cpus", "driver_gpus"):
-            if not getattr(self, name) >= 0:
-                raise ConfigError(f"{name.replace('_', '-')} must be 0 or more (got {getattr(self, name)}).")
+            if not (getattr(self, name) >= 0 and math.isfinite(getattr(self, name))):
+                raise ConfigError(f"{name.replace('_', '-')} must be a finite number, 0 or more (got {getattr(self, name)}).")
         for name in ("gpus_per_actor", "driver_gpus"):
             g = getattr(self, name)
             if g > 1 and g != int(g):

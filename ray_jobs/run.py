@@ -148,7 +148,7 @@ def check_ray_address(address: str | None) -> None:
 
 def check_device(cfg: RunConfig) -> None:
     """--device cuda needs a GPU where the model runs: this machine (local executor) or a GPU share for the
-    driver and every actor (Ray gives a process without a GPU share no CUDA device)."""
+    driver and every actor (a process under Ray uses CUDA only with a share, `resolve_device`)."""
     if not cfg.device.startswith("cuda"):
         return
     if cfg.executor == "local":

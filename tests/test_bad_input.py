@@ -156,7 +156,8 @@ def test_split_asks_more_than_the_domain_has(capsys, tmp_path, data_root, monkey
     (["--executor", "k8s"], "argument --executor: invalid choice: 'k8s'"),
     (["--device", "tpu"], "unknown device 'tpu'; choose one of: auto, cpu, cuda (or cuda:N)."),
     (["--seed", "-1"], "seed must be 0 or more (got -1)."),
-    (["--cpus-per-actor", "-1"], "cpus-per-actor must be 0 or more (got -1.0)."),
+    (["--cpus-per-actor", "-1"], "cpus-per-actor must be a finite number, 0 or more (got -1.0)."),
+    (["--gpus-per-actor", "inf"], "gpus-per-actor must be a finite number, 0 or more (got inf)."),
     (["--gpus-per-actor", "1.5"], "gpus-per-actor 1.5: Ray gives a process a fraction of one GPU (at most 1) or whole "
                                   "GPUs; use 1, 2 or a fraction below 1."),
     (["--bogus-flag"], "unrecognized arguments: --bogus-flag"),
