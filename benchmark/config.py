@@ -244,6 +244,11 @@ class RunConfig:
             raise ConfigError(f"{self.method} varies the MNIST CNN's conv2 width per client; use --preset "
                               f"fedproto-mnist-n3 (or -n4, -n5), not {self.dataset} ({self.dataset_spec.model}).")
 
+    def starts_apart(self, round_idx: int) -> bool:
+        """Whether the clients start round `round_idx` from their own initialisations, not from the global
+        weights: round 0 under `client_init="own"` (FedPLVM's protocols)."""
+        return round_idx == 0 and self.client_init == "own"
+
     @property
     def states_every_round(self) -> bool:
         """Whether the client groups send their clients' persistent states (MOON's previous models, FedDyn's h_k)

@@ -179,7 +179,7 @@ class ClientGroup:
         architecture (fused). In round 0 under `client_init="own"` one by one whatever the engine: every client
         starts from its own weights, and what a module takes from its start weights outside its tensors (FedProx's
         anchor, FedDyn's sent model, MOON's global model) would be the last client's for the whole subgroup."""
-        if self.engine == "sequential" or (round_idx == 0 and self.cfg.client_init == "own"):
+        if self.engine == "sequential" or self.cfg.starts_apart(round_idx):
             return [[c] for c in self.clients]
         by_size: dict[tuple, list[dict]] = {}
         for c in self.clients:
@@ -193,7 +193,7 @@ class ClientGroup:
         initialisation in round 0 (seeded from (seed, client id), FedPLVM's one model per client)."""
         if not METHODS[self.cfg.method].server.averages_weights:
             return self.own_model(c)
-        if round_idx == 0 and self.cfg.client_init == "own":
+        if round_idx is not None and self.cfg.starts_apart(round_idx):
             net = self.module_for(c).net
             return own_initialisation(type(net), net.num_classes, self.cfg.seed, c["id"], **self.model_kwargs(c))
         return global_state

@@ -214,7 +214,7 @@ class Driver:
         """The weights the clients started round r from, as the rule averages them (what FedOpt's pseudo-gradient
         and FedDyn's drift step from): the global ones, but in round 0 under `client_init="own"` the mean of the
         clients' own initialisations, weighted as their trained weights are (`aggregation_weight`)."""
-        if not (r == 0 and self.cfg.client_init == "own"):
+        if not self.cfg.starts_apart(r):
             return self.global_state
         acc, total = None, 0.0
         for c in self.clients:
@@ -293,7 +293,7 @@ class Driver:
         notes, self.executor.notes[:] = list(self.executor.notes), []
         sent_weights = {cid: n for res in results for cid, n in res["sent_weights"].items()}
         # the global weights travel to the clients but in round 0 under client_init="own" (each starts from its own)
-        shares = self.rule.averages_weights and not (r == 0 and self.cfg.client_init == "own")
+        shares = self.rule.averages_weights and not self.cfg.starts_apart(r)
         comm = {str(c): communication.client_round(
             sent_weights[c], protos[c] if self.payload is not None else None,  # prototypes travel when the rule uses them
             sent_state if shares else None, sent_payload) for c in sorted(sent_weights)}
