@@ -12,6 +12,7 @@ EXECUTOR ?= ray
 ENGINE ?= auto
 PRECISION ?= 32-true
 CHECKPOINT_EVERY ?= 1
+EVAL_EVERY ?=
 ACTOR_RESTARTS ?= 3
 export RAY_USAGE_STATS_ENABLED ?= 0
 
@@ -46,13 +47,14 @@ data: $(STAMP)
 ## PRECISION=32-true|bf16-mixed; CHECKPOINT_EVERY=10: each run's checkpoint every 10 rounds (README, Reliability);
 ## ACTOR_RESTARTS=0: a dying client actor stops its run (resumed by the next sweep), and actors send their clients'
 ## states (MOON, FedDyn) only for checkpoints, not every round;
+## EVAL_EVERY=K: test every K-th round and the last 5 (default: the table's schedule, every 5th at full);
 ## METHODS=fedavg,fpl SEEDS=0 DATASETS=digits: run only part of the table (the report covers every
 ## complete run of it and says it is partial)
 $(TABLES): $(STAMP)
 	$(PY) -m ray_jobs.sweep --table $(patsubst -%,%,$(subst table,,$@)) --profile $(PROFILE) $(if $(DOMAINS),--domains $(DOMAINS)) \
 		$(if $(METHODS),--methods $(METHODS)) $(if $(SEEDS),--seeds $(SEEDS)) $(if $(DATASETS),--datasets $(DATASETS)) \
 		--executor $(EXECUTOR) --engine $(ENGINE) --precision $(PRECISION) \
-		--checkpoint-every $(CHECKPOINT_EVERY) --actor-restarts $(ACTOR_RESTARTS)
+		--checkpoint-every $(CHECKPOINT_EVERY) --actor-restarts $(ACTOR_RESTARTS) $(if $(EVAL_EVERY),--eval-every $(EVAL_EVERY))
 
 ## every figure again from the run folders (table reports, smoke reports, the demo), no training
 figures: $(STAMP)

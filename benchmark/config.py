@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from benchmark.data import DATASETS, IMAGE_SIZE
+from benchmark.results import LAST_K
 from benchmark.transforms import Transform
 
 ENGINES = ("auto", "sequential", "fused")  # client training engines (ray_jobs.clients)
@@ -146,6 +147,9 @@ class RunConfig:
     hparams: dict = field(default_factory=dict)  # the method's hyperparameters (defaults from the registry)
     client_fraction: float = 1.0  # scales every client's sample count (small settings)
     eval_max: int | None = None  # caps each domain's test set (small settings)
+    # evaluate after round r when (r + 1) % eval_every == 0, and after each of the last LAST_K rounds (what the
+    # final and last-5 metrics read); not part of the protocol: training is the same whatever the schedule
+    eval_every: int = 1
     executor: str = "ray"
     num_actors: int = 2
     cpus_per_actor: float = 1.0
@@ -201,6 +205,8 @@ class RunConfig:
             raise ConfigError(f"client fraction must be in (0, 1] (got {self.client_fraction}).")
         if self.eval_max is not None and self.eval_max < 1:
             raise ConfigError(f"eval-max must be at least 1 (got {self.eval_max}).")
+        if self.eval_every < 1:
+            raise ConfigError(f"eval-every must be at least 1 (got {self.eval_every}).")
         if self.executor not in ("ray", "local"):
             raise ConfigError(f"unknown executor {self.executor!r}; choose ray or local.")
         if self.engine not in ENGINES:
@@ -243,6 +249,11 @@ class RunConfig:
         if spec.client_model is not None and self.dataset_spec.model != "cnn_mnist":
             raise ConfigError(f"{self.method} varies the MNIST CNN's conv2 width per client; use --preset "
                               f"fedproto-mnist-n3 (or -n4, -n5), not {self.dataset} ({self.dataset_spec.model}).")
+
+    def evaluates(self, round_idx: int) -> bool:
+        """Whether the global model (or each client's) is tested after round `round_idx`: every `eval_every`-th
+        round and each of the last LAST_K rounds, which the final and the last-5 metrics read."""
+        return (round_idx + 1) % self.eval_every == 0 or round_idx >= self.rounds - LAST_K
 
     def starts_apart(self, round_idx: int) -> bool:
         """Whether the clients start round `round_idx` from their own initialisations, not from the global

@@ -214,6 +214,20 @@ def office_split(n: int) -> tuple[np.ndarray, np.ndarray]:
     return i[i % 10 <= 7], i[i % 10 > 7]
 
 
+def shuffled_split(labels: np.ndarray, test_size: float = 0.2, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    """A stratified shuffled train/test split, both in shuffled order (scikit-learn's StratifiedShuffleSplit, one
+    fixed draw whatever the run's seed): FedPLVM's Office-10 reads FedBN's per-domain train and test files, an
+    about 4:1 split that is not by file order; its clients then take the first 10 of each class of the train file,
+    so of the shuffled order here (README deviation 28)."""
+    from sklearn.model_selection import StratifiedShuffleSplit
+
+    return next(StratifiedShuffleSplit(n_splits=1, test_size=test_size, random_state=seed).split(labels, labels))
+
+
+# how a dataset whose domains have one archive (Office) splits it into train and test
+ONE_ARCHIVE_SPLIT = {"office_caltech": "position", "office10": "shuffled"}
+
+
 def first_per_class(labels: np.ndarray, k: int) -> np.ndarray:
     """Indices (ascending) of the first k samples of every class in archive order (all of a class with fewer)."""
     return np.sort(np.concatenate([np.flatnonzero(labels == c)[:k] for c in np.unique(labels)] + [np.zeros(0, np.int64)]))
@@ -221,13 +235,13 @@ def first_per_class(labels: np.ndarray, k: int) -> np.ndarray:
 
 def load_domain(root: Path, dataset: str, domain: str, need_test: bool = True, need_train: bool = True,
                 per_class: tuple[int, int] | None = None) -> Domain:
-    """A domain's train and test sets. A domain with one archive (Office) is split by position
-    (`office_split`). `per_class` = (k_train, k_test) keeps the first k of each class of each set
-    (FedPLVM's protocol)."""
+    """A domain's train and test sets. A domain with one archive (Office) is split by position (`office_split`,
+    FPL's) or by a stratified shuffle (`shuffled_split`, FedPLVM's), as `ONE_ARCHIVE_SPLIT` says. `per_class` =
+    (k_train, k_test) keeps the first k of each class of each set (FedPLVM's protocol)."""
     train_stem, test_stem = DATASETS[dataset][domain]
-    if test_stem is None:  # one archive, split by position
+    if test_stem is None:  # one archive, split in two
         x, y = load_archive(root, train_stem)
-        tr, te = office_split(len(y))
+        tr, te = office_split(len(y)) if ONE_ARCHIVE_SPLIT[dataset] == "position" else shuffled_split(y)
         dom = Domain(domain, x[tr], y[tr], x[te], y[te])
     else:
         empty = (np.zeros((0, IMAGE_SIZE, IMAGE_SIZE, 3), np.uint8), np.zeros(0, np.int64))

@@ -76,7 +76,7 @@ def load_rounds(run_dirs) -> pd.DataFrame:
     for run_dir in run_dirs:
         cfg = _config(run_dir)
         for rec in read_jsonl(Path(run_dir) / "metrics.jsonl"):
-            for dom, acc in rec["accuracy"].items():
+            for dom, acc in rec.get("accuracy", {}).items():  # the evaluated rounds
                 rows.append({"run": cfg["run_name"], "method": cfg["method"], "dataset": cfg["dataset"],
                              "seed": cfg["seed"], "round": rec["round"] + 1, "domain": dom, "accuracy": acc})
     if not rows:

@@ -29,9 +29,13 @@ def read_jsonl(path: Path) -> list[dict]:
 
 
 def summarize(cfg: dict, clients: list[dict], rounds: list[dict]) -> dict:
-    """summary.json from the per-round records: final accuracies and the last-5-round mean."""
-    domains = list(rounds[-1]["accuracy"])
+    """summary.json from the per-round records: final accuracies and the last-5-round mean (the schedule evaluates
+    the last LAST_K rounds always, `RunConfig.evaluates`)."""
     last = rounds[-LAST_K:]
+    missing = [r["round"] for r in last if "accuracy" not in r]
+    if missing:
+        raise ValueError(f"rounds {missing} of the last {LAST_K} were not evaluated; the final and last-5 metrics need them.")
+    domains = list(rounds[-1]["accuracy"])
     return {
         "method": cfg["method"],
         "dataset": cfg["dataset"],
@@ -44,6 +48,7 @@ def summarize(cfg: dict, clients: list[dict], rounds: list[dict]) -> dict:
         "clients": clients,  # id, domain, num_samples (and classes under an n-way k-shot split)
         "final": dict(rounds[-1]["accuracy"]),
         "last5": {d: float(np.mean([r["accuracy"][d] for r in last])) for d in domains},
+        "evaluated_rounds": sum("accuracy" in r for r in rounds),
         "wall_time_s": float(sum(r["time_s"]["round"] for r in rounds)),
         "communication": communication.run_total(rounds),
         "protocol": protocol(cfg),
@@ -137,7 +142,7 @@ class Recorder:
         self.rounds.append(record)
         atomic_write(self.out / "metrics.jsonl", "".join(json.dumps(r) + "\n" for r in self.rounds))
         if self.wandb:
-            acc = record["accuracy"]
+            acc = record.get("accuracy", {})  # none in a round the schedule does not evaluate
             self.wandb.log(
                 {**{f"accuracy/{d}": v for d, v in acc.items()}, "train_loss": record["train_loss"],
                  **{f"time_s/{k}": v for k, v in record["time_s"].items()},
@@ -163,7 +168,8 @@ class Recorder:
             self.wandb.log({name: wandb.Image(str(path)) for name, path in (images or {}).items()})
 
             domains = list(self.rounds[-1]["accuracy"])
-            per_round = wandb.Table(columns=["round", *domains], data=[[r["round"], *r["accuracy"].values()] for r in self.rounds])
+            per_round = wandb.Table(columns=["round", *domains],
+                                    data=[[r["round"], *r["accuracy"].values()] for r in self.rounds if "accuracy" in r])
             final = wandb.Table(columns=["metric", *domains],
                                 data=[["final", *summary["final"].values()], ["last5", *summary["last5"].values()]])
             self.wandb.log({"accuracy_per_round": per_round, "final_accuracy": final})

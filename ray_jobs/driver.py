@@ -280,13 +280,15 @@ class Driver:
         # its clients' own models of this round back
         self.executor.client_states.update({cid: st for res in results for cid, st in res["states"].items()})
         self.executor.states_round = r
-        per_client = self.evaluate_clients() if self.client_test_sizes or self.domain_of else None
-        if per_client is None:
-            acc = self.evaluate()
-        elif self.domain_of:
-            acc = domain_mean_accuracy(per_client, self.domain_of, self.cfg.domains)
-        else:
-            acc = client_mean_accuracy(per_client)
+        acc = per_client = None  # a round the schedule does not evaluate (`RunConfig.evaluates`) records none
+        if self.cfg.evaluates(r):
+            per_client = self.evaluate_clients() if self.client_test_sizes or self.domain_of else None
+            if per_client is None:
+                acc = self.evaluate()
+            elif self.domain_of:
+                acc = domain_mean_accuracy(per_client, self.domain_of, self.cfg.domains)
+            else:
+                acc = client_mean_accuracy(per_client)
         t4 = time.perf_counter()
         losses = {cid: l for res in results for cid, l in res["losses"].items()}
         train_s = (max if self.executor.parallel else sum)(res["train_s"] for res in results)
@@ -301,7 +303,8 @@ class Driver:
             "notes": notes,  # printed by the entry point, not recorded in metrics.jsonl
             "round": r,
             **({} if received is None else {"prototypes_received": received}),
-            "accuracy": acc,
+            "evaluated": acc is not None,
+            **({} if acc is None else {"accuracy": acc}),
             **({} if per_client is None else {"client_accuracy": client_accuracies(per_client)}),
             "train_loss": float(np.mean([losses[c] for c in sorted(losses)])),
             "client_loss": {str(c): losses[c] for c in sorted(losses)},

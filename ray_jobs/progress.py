@@ -32,12 +32,13 @@ class RunProgress:
 
     def update(self, rec: dict) -> None:
         self.done += 1
-        acc = rec["accuracy"]
+        acc = rec.get("accuracy")  # None: a round the evaluation schedule skips
         if self.bar is not None:
-            self.bar.set_postfix_str(f"AVG {acc['AVG']:.2f}, loss {rec['train_loss']:.4f}", refresh=False)
+            avg = "AVG not evaluated" if acc is None else f"AVG {acc['AVG']:.2f}"
+            self.bar.set_postfix_str(f"{avg}, loss {rec['train_loss']:.4f}", refresh=False)
             self.bar.update(1)
             return
-        doms = "  ".join(f"{d} {v:5.2f}" for d, v in acc.items())
+        doms = "not evaluated" if acc is None else "  ".join(f"{d} {v:5.2f}" for d, v in acc.items())
         eta = _eta(time.monotonic() - self.t0, self.done, self.rounds)
         print(f"[{self.name}] round {self.done}/{self.rounds}  loss {rec['train_loss']:.4f}  {doms}  "
               f"({rec['time_s']['round']:.1f}s, ETA {eta})", file=self.stream, flush=True)

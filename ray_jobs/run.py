@@ -82,6 +82,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--hp", action="append", default=[], metavar="NAME=VALUE", help="method hyperparameter, e.g. tau=0.02")
     p.add_argument("--client-fraction", type=float, default=1.0, help="scales every client's sample count")
     p.add_argument("--eval-max", type=int, default=None, help="caps each domain's test set")
+    p.add_argument("--eval-every", type=int, default=d["eval_every"].default,
+                   help="test after every K-th round (and after each of the last 5, which the final and last-5 "
+                        "metrics read); training is the same whatever K")
     p.add_argument("--executor", default="ray", choices=["ray", "local"])
     p.add_argument("--num-actors", type=int, default=d["num_actors"].default, help="client actors (groups of clients)")
     p.add_argument("--cpus-per-actor", type=float, default=d["cpus_per_actor"].default)
@@ -120,7 +123,7 @@ def config_from_args(args) -> RunConfig:
         **given, method=args.method, split=args.split,
         domains=args.domains.split(",") if args.domains else None,
         seed=args.seed, hparams=parse_hp(args.hp),
-        client_fraction=args.client_fraction, eval_max=args.eval_max, executor=args.executor,
+        client_fraction=args.client_fraction, eval_max=args.eval_max, eval_every=args.eval_every, executor=args.executor,
         num_actors=args.num_actors, cpus_per_actor=args.cpus_per_actor, gpus_per_actor=args.gpus_per_actor,
         driver_cpus=args.driver_cpus, driver_gpus=args.driver_gpus, device=args.device, actor_restarts=args.actor_restarts,
         checkpoint_every=args.checkpoint_every, engine=args.engine, precision=args.precision,

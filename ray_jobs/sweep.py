@@ -52,7 +52,7 @@ def domains_for(dataset: str, requested: list[str] | None) -> list[str]:
 
 def plan(table: str, profile: str, requested_domains: list[str] | None, results_dir: Path, data_root: str | None,
          extra: dict | None = None) -> list[RunConfig]:
-    """Every run of the sweep; stops before any run when a needed domain is absent from the data root."""
+    """Every run of the table (its data is checked by `check_data`, for the runs a sweep will make)."""
     spec = TABLES[table]
     root = resolve_data_root(data_root)
     every = list(dict.fromkeys(d for ds in DATASETS.values() for d in ds))
@@ -61,19 +61,12 @@ def plan(table: str, profile: str, requested_domains: list[str] | None, results_
         raise ConfigError(f"unknown domain(s) {unknown}; choose from {', '.join(every)}.")
     rows = spec.row_list()
     dataset_of = {p: PRESETS[p]["dataset"] for _, p in rows}
-    for ds in dict.fromkeys(dataset_of.values()):
-        doms = domains_for(ds, requested_domains)
-        try:
-            check_domains_present(root, ds, doms)
-        except DataError as e:
-            raise DataError(f"{e} The sweep started no run. To go on without a domain, name the ones to use, "
-                            f"for example DOMAINS={','.join(d for d in doms if d != 'svhn')} make {make_target(table)}.") from None
     runs = []
     for method, preset in rows:
         for seed in spec.seeds_for(profile):
             cfg = RunConfig.from_preset(preset, method=method, domains=domains_for(dataset_of[preset], requested_domains),
                                         seed=seed, data_root=str(root), wandb_group=f"{report_name(table)}-{profile}",
-                                        **spec.overrides(profile), **(extra or {}))
+                                        **{**spec.overrides(profile), **(extra or {})})
             runs.append(dataclasses.replace(cfg, out=str(results_dir / "runs" / cfg.run_name)))
     return runs
 
@@ -91,6 +84,17 @@ def select(table: str, profile: str, runs: list[RunConfig], methods: list[str] |
                               f"{', '.join(map(str, have[key]))}.")
     return [c for c in runs if (not methods or c.method in methods) and (not seeds or c.seed in seeds)
             and (not datasets or c.dataset in datasets)]
+
+
+def check_data(runs: list[RunConfig], table: str) -> None:
+    """Stop before any run when a domain that one of `runs` reads is absent or corrupt in the data root; the
+    data of runs the sweep does not make (other datasets, other domains) is not read."""
+    for (ds, root), doms in {(c.dataset, c.data_root): tuple(c.domains) for c in runs}.items():
+        try:
+            check_domains_present(Path(root), ds, list(doms))
+        except DataError as e:
+            raise DataError(f"{e} The sweep started no run. To go on without a domain, name the ones to use, "
+                            f"for example DOMAINS={','.join(d for d in doms if d != 'svhn')} make {make_target(table)}.") from None
 
 
 def execute(runs: list[RunConfig], parallel: int | None) -> list[str]:
@@ -154,7 +158,8 @@ def setting_line(cfg: RunConfig, domains: list[str]) -> str:
     the paper's data."""
     return (f"Preset {cfg.preset}: {cfg.rounds} rounds x {cfg.local_epochs} local epochs, batch {cfg.batch_size}, "
             f"lr {cfg.lr:g}, momentum {cfg.momentum:g}, client fraction {cfg.client_fraction:g}"
-            + (f", test sets capped at {cfg.eval_max}" if cfg.eval_max else "") + "."
+            + (f", test sets capped at {cfg.eval_max}" if cfg.eval_max else "")
+            + (f", evaluated every {cfg.eval_every} rounds and in the last 5" if cfg.eval_every > 1 else "") + "."
             + "".join(f" {d}: {note}." for d, note in STAND_INS.get(cfg.dataset, {}).items() if d in domains))
 
 
@@ -321,6 +326,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--engine", default="auto", help="client training engine of every run: auto, sequential or fused")
     ap.add_argument("--precision", default="32-true",
                     help="32-true (as the references) or bf16-mixed; part of each run's protocol (a run at another precision is run again)")
+    ap.add_argument("--eval-every", type=int, default=None,
+                    help="test every run after every K-th round and the last 5 (default: the table's full-profile "
+                         "schedule, every round at the smoke profile); not part of a run's protocol")
     ap.add_argument("--checkpoint-every", type=int, default=1,
                     help="rounds between each run's checkpoints (a resume redoes at most N-1 rounds)")
     ap.add_argument("--actor-restarts", type=int, default=3,
@@ -329,7 +337,8 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     results_dir = Path(args.results_dir or ("results" if args.profile == "full" else "results/smoke"))
     extra = {"executor": args.executor, "engine": args.engine, "precision": args.precision,
-             "checkpoint_every": args.checkpoint_every, "actor_restarts": args.actor_restarts}
+             "checkpoint_every": args.checkpoint_every, "actor_restarts": args.actor_restarts,
+             **({} if args.eval_every is None else {"eval_every": args.eval_every})}
     tables = GROUPS.get(args.table, (args.table,))
     try:
         runs = {t: plan(t, args.profile, args.domains.split(",") if args.domains else None, results_dir,
@@ -341,6 +350,8 @@ def main(argv: list[str] | None = None) -> int:
             raise ConfigError(f"--seeds takes comma-separated integers (got {args.seeds!r}).") from None
         datasets = args.datasets.split(",") if args.datasets else None
         chosen = {t: select(t, args.profile, runs[t], methods, seeds, datasets) for t in tables}
+        for t in tables:
+            check_data(chosen[t], t)
         execute(list({c.out: c for t in tables for c in chosen[t]}.values()), args.parallel)  # a shared run once
         dfs = {}
         for t in tables:

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from benchmark.config import DATASET_SPECS, PRESETS, ConfigError, RunConfig
-from benchmark.data import first_per_class, load_domain, plan_clients, to_tensor_images
+from benchmark.data import first_per_class, load_domain, plan_clients, shuffled_split, to_tensor_images
 from benchmark.transforms import Transform, augment, normalize
 from lightning_modules.base import batches
 from lightning_modules.resnet import build_model
@@ -46,14 +46,29 @@ def test_digit5_clients_and_test_sets_on_the_real_data(data_root):
         assert np.bincount(dom.test_y).tolist() == [100] * 10
 
 
-def test_office10_takes_the_first_ten_per_class_of_the_position_split(data_root):
+@pytest.mark.parametrize("domain", ["dslr", "webcam"])
+def test_office10_takes_the_first_ten_per_class_of_a_stratified_shuffled_split(data_root, domain):
+    """FedBN's files (FedPLVM's Office-10) are a shuffled ~4:1 split: ours is one fixed stratified shuffle, 20% test,
+    both parts in shuffled order; a client takes the first 10 of each class of that order; the test set is the
+    first 100 of each class of the test part (all of it: no class has 100)."""
     spec = DATASET_SPECS["office10"]
-    dom = load_domain(data_root, "office10", "dslr", per_class=spec.per_class)
-    fpl = load_domain(data_root, "office_caltech", "dslr")
-    assert np.array_equal(dom.train_y, fpl.train_y[_first_k_by_loop(fpl.train_y, 10)])
-    assert np.array_equal(dom.test_y, fpl.test_y)  # fewer than 100 per class: the whole test split
-    counts = np.bincount(fpl.train_y, minlength=10)
-    assert np.bincount(dom.train_y, minlength=10).tolist() == np.minimum(counts, 10).tolist()
+    dom = load_domain(data_root, "office10", domain, per_class=spec.per_class)
+    with np.load(data_root / f"office_caltech10/{domain}.npz") as z:
+        x, y = z["x"], z["y"].astype(np.int64)
+    tr, te = shuffled_split(y)
+    assert len(set(tr) | set(te)) == len(y) and not set(tr) & set(te)  # every image once
+    assert abs(len(te) - 0.2 * len(y)) <= 1
+    for k in range(10):  # stratified: each class about 20% in test
+        assert abs(int((y[te] == k).sum()) - 0.2 * int((y == k).sum())) <= 1.5
+    assert not np.array_equal(np.sort(tr), tr)  # shuffled order, not file order
+    assert np.array_equal(shuffled_split(y)[0], tr)  # one fixed draw
+    first = tr[_first_k_by_loop(y[tr], 10)]
+    assert np.array_equal(dom.train_y, y[first]) and np.array_equal(dom.train_x, x[first])
+    assert np.array_equal(dom.test_y, y[te]) and np.array_equal(dom.test_x, x[te])
+    assert np.bincount(dom.train_y, minlength=10).tolist() == np.minimum(np.bincount(y[tr], minlength=10), 10).tolist()
+    # FPL's Office-Caltech keeps its position split
+    fpl = load_domain(data_root, "office_caltech", domain)
+    assert np.array_equal(fpl.test_y, y[np.arange(len(y)) % 10 > 7])
 
 
 def test_client_fraction_scales_the_per_class_count(data_root):

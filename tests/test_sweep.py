@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import secrets
 import shutil
 import subprocess
@@ -18,7 +19,7 @@ from benchmark.config import RunConfig
 from benchmark.data import DataError
 from benchmark.results import is_complete, protocol, read_jsonl
 from ray_jobs.run import RunError
-from ray_jobs.sweep import execute, main, plan
+from ray_jobs.sweep import check_data, execute, main, plan, select
 
 METHODS = ["fedavg", "fedprox", "moon", "feddyn", "fedopt", "fedproc", "fedproto", "fpl"]
 ARGS = ["--table", "2", "--profile", "smoke", "--domains", "mnist,usps,syn"]
@@ -42,10 +43,24 @@ def test_checkpoint_every_and_actor_restarts_are_not_part_of_a_runs_protocol(dat
     assert [protocol(c) for c in fast] == [protocol(c) for c in plain] and [c.out for c in fast] == [c.out for c in plain]
 
 
-def test_sweep_stops_before_any_run_when_a_domain_is_absent(data_root, tmp_path):
-    with pytest.raises(DataError, match=r"svhn_train\.npz.*started no run.*DOMAINS=mnist,usps,syn make table2"):
-        plan("2", "smoke", None, tmp_path, str(data_root))
+def test_sweep_stops_before_any_run_when_a_domain_it_reads_is_absent(data_root, tmp_path, capsys):
+    assert main(["--table", "2", "--profile", "smoke", "--results-dir", str(tmp_path), "--data-root", str(data_root),
+                 "--executor", "local"]) == 2
+    assert re.search(r"svhn_train\.npz.*started no run.*DOMAINS=mnist,usps,syn make table2", capsys.readouterr().err)
     assert not (tmp_path / "runs").exists()
+
+
+def test_a_sweep_checks_only_the_data_of_the_runs_it_makes(data_root, tmp_path):
+    """Office-Caltech's runs of Table 2 need no Digits file: the missing SVHN stops nothing (as a new user tries it,
+    with and without --domains)."""
+    runs = plan("2", "smoke", None, tmp_path, str(data_root))  # planning reads no data file
+    office = select("2", "smoke", runs, datasets=["office_caltech"])
+    assert {c.dataset for c in office} == {"office_caltech"} and len(office) == 8
+    check_data(office, "2")
+    doms = plan("2", "smoke", ["caltech", "amazon", "webcam", "dslr"], tmp_path, str(data_root))
+    check_data(select("2", "smoke", doms, datasets=["office_caltech"]), "2")
+    with pytest.raises(DataError, match=r"svhn_train\.npz"):
+        check_data(select("2", "smoke", runs, datasets=["digits"]), "2")
 
 
 @pytest.fixture(scope="module")

@@ -1,0 +1,61 @@
+"""`--eval-every K`: evaluation is skipped in the rounds the schedule leaves out and touches nothing of training, so a
+run evaluated every 3rd round trains exactly what a run evaluated every round trains, and its final and last-5
+metrics read the same rounds."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from benchmark.config import ConfigError, RunConfig
+from benchmark.results import MODEL_FILE, read_jsonl, read_summary
+from ray_jobs.run import main, run
+
+ROUNDS = 7  # evaluated with K = 3: rounds 2 and 5 by the schedule, rounds 2-6 as the last 5
+
+
+def test_schedule_by_hand():
+    cfg = RunConfig(rounds=ROUNDS, eval_every=3, executor="local")
+    assert [r for r in range(ROUNDS) if cfg.evaluates(r)] == [2, 3, 4, 5, 6]
+    cfg = RunConfig(rounds=100, eval_every=5, executor="local")
+    assert [r for r in range(100) if cfg.evaluates(r)] == [*range(4, 95, 5), 95, 96, 97, 98, 99]
+    assert all(RunConfig(rounds=4, executor="local").evaluates(r) for r in range(4))
+
+
+@pytest.mark.parametrize("method,preset,kw", [
+    # a global model tested in the driver, FINCH-clustered prototypes in the payload
+    ("fpl", None, dict(dataset="office_caltech", client_fraction=0.1, eval_max=40)),
+    # no global model: each client tests its own model on its own test samples in its group
+    ("fedproto_orig", "fedproto-mnist-n3", dict(client_fraction=0.1)),
+])
+def test_a_sparse_schedule_trains_exactly_what_every_round_trains(data_root, tmp_path, method, preset, kw):
+    def one(k):
+        base = dict(method=method, rounds=ROUNDS, local_epochs=1, eval_every=k, executor="local", num_actors=2,
+                    data_root=str(data_root), out=str(tmp_path / f"k{k}"), **kw)
+        cfg = RunConfig.from_preset(preset, **base) if preset else RunConfig(**base)
+        return run(cfg, quiet=True), read_jsonl(tmp_path / f"k{k}" / "metrics.jsonl")
+
+    (every, rec1), (sparse, rec3) = one(1), one(3)
+    assert [r["evaluated"] for r in rec3] == [False, False, True, True, True, True, True]
+    assert all(r["evaluated"] for r in rec1)
+    for a, b in zip(rec1, rec3):
+        assert a["client_loss"] == b["client_loss"] and a["train_loss"] == b["train_loss"]  # bit for bit
+        assert ("accuracy" in b) == b["evaluated"]
+        if b["evaluated"]:
+            assert a["accuracy"] == b["accuracy"]
+            assert a.get("client_accuracy") == b.get("client_accuracy")
+        else:
+            assert "client_accuracy" not in b and b["time_s"]["evaluation"] < a["time_s"]["evaluation"]
+    assert every["final"] == sparse["final"] and every["last5"] == sparse["last5"]
+    assert sparse["last5"]["AVG"] == pytest.approx(sum(r["accuracy"]["AVG"] for r in rec1[-5:]) / 5)
+    assert (every["evaluated_rounds"], sparse["evaluated_rounds"]) == (ROUNDS, 5)
+    if (tmp_path / "k1" / MODEL_FILE).exists():  # the final global model, bit for bit
+        m1, m3 = (torch.load(tmp_path / f"k{k}" / MODEL_FILE) for k in (1, 3))
+        assert all(torch.equal(m1[n], m3[n]) for n in m1)
+    assert read_summary(tmp_path / "k3") == sparse
+
+
+def test_bad_eval_every_is_one_line(capsys):
+    assert main(["--eval-every", "0", "--executor", "local"]) == 2
+    assert capsys.readouterr().err.strip() == "error: eval-every must be at least 1 (got 0)."
+    with pytest.raises(ConfigError):
+        RunConfig(eval_every=-1)
