@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 import os
+from datetime import datetime, timezone
 from pathlib import Path
 
 import numpy as np
@@ -49,6 +50,7 @@ def summarize(cfg: dict, clients: list[dict], rounds: list[dict]) -> dict:
         "final": dict(rounds[-1]["accuracy"]),
         "last5": {d: float(np.mean([r["accuracy"][d] for r in last])) for d in domains},
         "evaluated_rounds": sum("accuracy" in r for r in rounds),
+        "finished_utc": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "wall_time_s": float(sum(r["time_s"]["round"] for r in rounds)),
         "communication": communication.run_total(rounds),
         "protocol": protocol(cfg),

@@ -35,13 +35,32 @@ from benchmark.data import DATASETS, STAND_INS, DataError, check_domains_present
 from benchmark.figures import RUNS_LINE, table_figures
 from benchmark.provenance import commit_label, hardware_label
 from benchmark.results import atomic_write, read_jsonl, read_summary, run_complete, wandb_mode
-from benchmark.tables import GROUPS, METRICS, PROFILES, TABLES, make_target, report_name
+from benchmark.tables import GAP_NOTES, GROUPS, METRICS, PROFILES, TABLES, make_target, report_name
 from ray_jobs import table_fedproto
 from ray_jobs.progress import SweepProgress
 from ray_jobs.run import OneLineParser, RunError, gpus_needed, init_ray, run, run_gpu_shares
 
 FLAG_POINTS = 2.0
 MB = 1e6
+# why a dataset's planned runs may be missing from a report
+NOT_RUN_WHY = {"digits": "FPL's Digits protocol is about 40 h a run on a 2-core CPU: GPU work (README, GPU runbook)"}
+
+
+def gap_note(table: str, dataset: str, method: str, domain: str, diff: float, std: float, seeds: int,
+             planned_seeds: int, test_size: int | None) -> str:
+    """What we know of why a cell is far from the paper: the notes of `GAP_NOTES` (most specific first), our seed
+    spread when the gap is within two of its standard deviations, fewer seeds than planned, a test set so small
+    that one image moves the accuracy by a point or more; or that we do not know."""
+    notes = [n for key in ((table, dataset, method, domain), (table, dataset, "*", domain), (table, dataset, method, "*"),
+                           (table, dataset, "*", "*"), ("*", dataset, "*", domain), ("*", dataset, "*", "*"))
+             for n in [GAP_NOTES.get(key)] if n]
+    if seeds > 1 and abs(diff) <= 2 * std:
+        notes.append(f"within two standard deviations of our seeds (± {std:.2f})")
+    if seeds < planned_seeds:
+        notes.append(f"{seeds} of {planned_seeds} seeds run (a seed's spread here can exceed the gap)")
+    if test_size and 100 / test_size >= 1:
+        notes.append(f"its test set is {test_size} images (one image is {100 / test_size:.1f} points)")
+    return "; ".join(dict.fromkeys(notes)) or "not known"
 
 
 def domains_for(dataset: str, requested: list[str] | None) -> list[str]:
@@ -153,13 +172,15 @@ def collect(runs: list[RunConfig], metric: str = "last5") -> pd.DataFrame:
         down_bytes=("down_bytes", "mean")).reset_index()
 
 
-def setting_line(cfg: RunConfig, domains: list[str]) -> str:
-    """A report's line on a dataset's runs: their protocol, and which of `domains` (those run) are stand-ins for
-    the paper's data."""
+def setting_line(cfg: RunConfig, domains: list[str], done: list[RunConfig] = ()) -> str:
+    """A report's line on a dataset's runs: their protocol, the evaluation schedule the complete runs `done` used
+    (from their config.json), and which of `domains` (those run) are stand-ins for the paper's data."""
+    schedules = sorted({json.loads((Path(c.out) / "config.json").read_text()).get("eval_every", 1) for c in done})
+    evaluated = " or ".join("every round" if k == 1 else f"every {k}th round and the last 5" for k in schedules)
     return (f"Preset {cfg.preset}: {cfg.rounds} rounds x {cfg.local_epochs} local epochs, batch {cfg.batch_size}, "
             f"lr {cfg.lr:g}, momentum {cfg.momentum:g}, client fraction {cfg.client_fraction:g}"
             + (f", test sets capped at {cfg.eval_max}" if cfg.eval_max else "")
-            + (f", evaluated every {cfg.eval_every} rounds and in the last 5" if cfg.eval_every > 1 else "") + "."
+            + (f"; tested after {evaluated}" if evaluated else "") + "."
             + "".join(f" {d}: {note}." for d, note in STAND_INS.get(cfg.dataset, {}).items() if d in domains))
 
 
@@ -169,11 +190,14 @@ def report(table: str, profile: str, runs: list[RunConfig], results_dir: Path) -
     receives per round; rows more than 2 points from the paper flagged."""
     spec = TABLES[table]
     name, comm = report_name(table), spec.communication
-    planned, runs = len(runs), [c for c in runs if run_complete(c)]  # a partial sweep: those run
+    every, runs = runs, [c for c in runs if run_complete(c)]  # a partial sweep: those run
+    planned = len(every)
+    if not runs:
+        raise RunError(f"no complete run of table {table} to report; run its sweep first ({make_target(table)}).")
     agg = collect(runs, spec.metric)
     ref = spec.paper
     lines, csv_rows = [], []
-    dropped = {c.dataset: c.dropped_domains for c in runs if c.dropped_domains}
+    dropped = {c.dataset: c.dropped_domains for c in every if c.dropped_domains}
     title = f"# {spec.title}: reproduction ({profile} profile"
     title += ", SMOKE SETTINGS: not comparable to the paper)" if profile == "smoke" else ")"
     if dropped:
@@ -188,34 +212,38 @@ def report(table: str, profile: str, runs: list[RunConfig], results_dir: Path) -
               f"⚠ = a compared cell more than {FLAG_POINTS:g} points from the paper."
               + (" Up / down MB: what one client uploads / receives per round (weights and prototypes; mean over "
                  "clients, rounds and seeds)." if comm else ""), ""]
-    for ds in dict.fromkeys(c.dataset for c in runs):
+    for ds in dict.fromkeys(c.dataset for c in every):
         doms = list(DATASETS[ds])
         kept = [d for d in doms if d not in dropped.get(ds, [])]
         methods = list(dict.fromkeys(c.method for c in runs if c.dataset == ds))
-        c0 = next(c for c in runs if c.dataset == ds)
-        setting = setting_line(c0, kept)
+        not_run = [m for m in dict.fromkeys(c.method for c in every if c.dataset == ds) if m not in methods]
+        c0 = next(c for c in every if c.dataset == ds)
+        setting = setting_line(c0, kept, [c for c in runs if c.dataset == ds])
         sub = agg[agg.dataset == ds].set_index(["method", "domain"])
         avg_label = "AVG" if len(kept) == len(doms) else f"AVG of {len(kept)}"
         header = ["method", *doms, avg_label, "Δ FedAvg (paper)", "rank (paper)", *(["up MB", "down MB"] if comm else []),
                   "flag"]
         body = []
         # the paper's AVG when every domain ran, else the mean of its values on the domains that ran
-        refs = {m: paper.reference(ref, m, ds, kept, doms) for m in [*methods, *spec.not_implemented]}
+        refs = {m: paper.reference(ref, m, ds, kept, doms) for m in [*methods, *not_run, *spec.not_implemented]}
         paper_avg = {m: r["AVG"] for m, r in refs.items() if r and m in methods}
         our_avg = {m: float(sub.loc[(m, "AVG"), "ours"]) for m in methods}
         order = sorted(methods, key=lambda m: -our_avg[m])
         paper_order = sorted(paper_avg, key=lambda m: -paper_avg[m])
+        flagged = []  # (method, domain, ours - paper, seeds) of the cells more than FLAG_POINTS from the paper
         for m in methods:
             n_seeds = int(sub.loc[(m, "AVG"), "seeds"])
             cells, flag = [m if n_seeds == len(spec.seeds_for(profile)) else f"{m} ({n_seeds} seed{'s' * (n_seeds > 1)})"], False
             for d in doms + ["AVG"]:
                 if d in dropped.get(ds, []):
-                    cells.append("")
+                    cells.append("not run")
                     continue
                 ours, std = sub.loc[(m, d), "ours"], sub.loc[(m, d), "std"]
                 pv = (refs[m] or {}).get(d)
                 diff = None if pv is None else ours - pv
                 flag |= diff is not None and abs(diff) > FLAG_POINTS
+                if diff is not None and abs(diff) > FLAG_POINTS:
+                    flagged.append((m, d, diff, 0.0 if np.isnan(std) else float(std), n_seeds))
                 std_s = "" if np.isnan(std) else f" ± {std:.2f}"
                 cells.append(f"{ours:.2f}{std_s}" + ("" if pv is None else f" ({pv:.2f}, {diff:+.2f})"))
                 csv_rows.append({"table": table, "profile": profile, "dataset": ds, "method": m,
@@ -236,14 +264,23 @@ def report(table: str, profile: str, runs: list[RunConfig], results_dir: Path) -
                 cells += [f"{sub.loc[(m, 'AVG'), k] / MB:.3f}" for k in ("up_bytes", "down_bytes")]
             cells.append("⚠" if flag else "")
             body.append(cells)
-        for m in spec.not_implemented:  # the paper's row, no run of ours
-            if refs[m]:
-                pv = refs[m]
-                body.append([f"{m} (not implemented)", *("" if d not in kept else f"– ({pv[d]:.2f})" for d in doms),
-                             f"– ({pv['AVG']:.2f})", "–", "–", ""])
+        for label, ms in (("not run", not_run), ("not implemented", spec.not_implemented)):  # the paper's row only
+            for m in ms:
+                pv = refs[m] or {}
+                body.append([f"{m} ({label})", *("not run" if d not in kept else f"– ({pv[d]:.2f})" if d in pv else "–"
+                                                 for d in doms),
+                             f"– ({pv['AVG']:.2f})" if "AVG" in pv else "–", "–", "–", *(["–", "–"] if comm else []), ""])
         lines += [f"## {ds}" + (f" (without {', '.join(dropped[ds])}; compared on the remaining domains)" if ds in dropped else ""), "",
                   setting, "", "| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
         lines += ["| " + " | ".join(str(c) for c in row) + " |" for row in body]
+        if not_run:
+            lines += ["", f"Not run yet: {', '.join(not_run)} ({NOT_RUN_WHY.get(ds, 'run its sweep to fill them')})."]
+        if flagged:
+            lines += ["", f"Cells more than {FLAG_POINTS:g} points from the paper, and what we know of why:", ""]
+            sizes = json.loads((Path(next(c for c in runs if c.dataset == ds).out) / "config.json").read_text())["test_sizes"]
+            lines += [f"- {m}, {d} ({diff:+.2f}): "
+                      + gap_note(table, ds, m, d, diff, std, n_seeds, len(spec.seeds_for(profile)), sizes.get(d))
+                      for m, d, diff, std, n_seeds in flagged]
         only_avg = {m: ref[m][ds]["AVG"] for m in methods if refs[m] is None and ds in ref.get(m, {})}
         if only_avg:  # the paper's AVG is over all of the dataset's domains: not compared with fewer
             lines += ["", "The paper gives only an AVG over all of its domains here (" + ", ".join(
@@ -320,6 +357,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--datasets", default=None, help="comma-separated: run only the table's runs on these datasets")
     ap.add_argument("--results-dir", default=None, help="default results/ (full) or results/smoke/ (smoke)")
     ap.add_argument("--data-root", default=None)
+    ap.add_argument("--report-only", action="store_true",
+                    help="run nothing: write the report from the table's complete runs (those missing say so)")
     ap.add_argument("--parallel", type=int, default=None, help="runs at once (default: as many as the cluster fits)")
     ap.add_argument("--executor", default="ray", choices=["ray", "local"],
                     help="local: every run in this process, one after another (Ray is not imported)")
@@ -350,9 +389,10 @@ def main(argv: list[str] | None = None) -> int:
             raise ConfigError(f"--seeds takes comma-separated integers (got {args.seeds!r}).") from None
         datasets = args.datasets.split(",") if args.datasets else None
         chosen = {t: select(t, args.profile, runs[t], methods, seeds, datasets) for t in tables}
-        for t in tables:
+        for t in tables if not args.report_only else ():
             check_data(chosen[t], t)
-        execute(list({c.out: c for t in tables for c in chosen[t]}.values()), args.parallel)  # a shared run once
+        if not args.report_only:
+            execute(list({c.out: c for t in tables for c in chosen[t]}.values()), args.parallel)  # a shared run once
         dfs = {}
         for t in tables:
             if t == "fedproto":  # per n and inference rule, beside the paper's Table 1 (ray_jobs.table_fedproto)

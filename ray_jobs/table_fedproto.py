@@ -29,7 +29,6 @@ from lightning_modules.resnet import build_model
 
 WAYS = [3, 4, 5]
 FEDPROTO_METHODS = ("fedproto_orig", "fedproto_mh")  # rows of both inference rules
-FLAG_POINTS = 2.0
 
 
 def uploaded_params(cfg: RunConfig, clients: list[dict]) -> int:
@@ -82,7 +81,8 @@ def report(profile: str, runs: list[RunConfig], results_dir: Path) -> tuple[pd.D
              "accuracy on its own test samples with its own model (FedAvg / FedProx: the global model); FedProto's "
              "rows use the nearest global prototype among the client's classes, `(classifier)` rows the argmax. "
              "Cells: ours mean ± std over seeds (paper, ours - paper); the paper's ± is over clients, ours over "
-             f"clients is the column `client std`. ⚠ = more than {FLAG_POINTS:g} points from the paper. Parameters: "
+             "clients is the column `client std`. ⚠ = further from the paper than the paper's ± (its std over "
+             "clients). Parameters: "
              "uploaded per round by all clients (paper's column, x 10^3).", "",
              "| method | " + " | ".join(f"n = {w}" for w in WAYS) + " | client std (n = 3/4/5) | params/round (paper) "
              "| flag |", "|" + "---|" * (len(WAYS) + 4)]
@@ -91,10 +91,14 @@ def report(profile: str, runs: list[RunConfig], results_dir: Path) -> tuple[pd.D
         sub = sub.set_index("ways")
         cells, flag = [label(method, rule)], False
         for w in WAYS:
+            if w not in sub.index:  # a partial sweep
+                cells.append("not run")
+                continue
             ours, std = sub.loc[w, "ours"], sub.loc[w, "std"]
-            pv = paper.FEDPROTO_TABLE1[method][w][0] if rule == "prototype" or method not in FEDPROTO_METHODS else None
+            pv, pstd = (paper.FEDPROTO_TABLE1[method][w] if rule == "prototype" or method not in FEDPROTO_METHODS
+                        else (None, None))
             diff = None if pv is None else ours - pv
-            flag |= diff is not None and abs(diff) > FLAG_POINTS
+            flag |= diff is not None and abs(diff) > pstd
             std_s = "" if np.isnan(std) else f" ± {std:.2f}"
             cells.append(f"{ours:.2f}{std_s}" + ("" if pv is None else f" ({pv:.2f}, {diff:+.2f})"))
             csv_rows.append({"profile": profile, "method": method, "rule": rule, "ways": w,
@@ -102,8 +106,8 @@ def report(profile: str, runs: list[RunConfig], results_dir: Path) -> tuple[pd.D
                              "seeds": int(sub.loc[w, "seeds"]), "client_std": round(float(sub.loc[w, "client_std"]), 4),
                              "paper": pv, "diff": None if diff is None else round(float(diff), 4),
                              "params_per_round": int(sub.loc[w, "params"])})
-        cells.append(" / ".join(f"{sub.loc[w, 'client_std']:.2f}" for w in WAYS))
-        cells.append(" / ".join(f"{sub.loc[w, 'params'] / 1e3:.1f}k" for w in WAYS)
+        cells.append(" / ".join(f"{sub.loc[w, 'client_std']:.2f}" if w in sub.index else "–" for w in WAYS))
+        cells.append(" / ".join(f"{sub.loc[w, 'params'] / 1e3:.1f}k" if w in sub.index else "–" for w in WAYS)
                      + f" ({paper.FEDPROTO_COMM_PARAMS_K[method]}k)")
         cells.append("⚠" if flag else "")
         lines.append("| " + " | ".join(cells) + " |")

@@ -1,0 +1,49 @@
+"""The README's Results section is what `python -m ray_jobs.results_table` makes from the committed run folders, and
+its numbers are the summaries' (checked here against an independent reading of the summary files)."""
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from ray_jobs import results_table
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def test_readme_results_section_is_what_the_command_prints(data_root):
+    readme = (ROOT / "README.md").read_text()
+    section = results_table.section(ROOT / "results", str(data_root))
+    assert section in readme, "README.md's Results are stale: run `python -m ray_jobs.results_table --write`"
+    assert readme.index(section) < readme.index("\n## Data\n")  # right after the quick start
+
+
+def test_a_row_is_the_mean_and_std_of_its_seeds_summaries():
+    """FPL's Office-Caltech row from the three summary files, read here without the project's code."""
+    readme = (ROOT / "README.md").read_text()
+    last5 = [json.loads((ROOT / f"results/runs/fpl-office_caltech-default-seed{s}/summary.json").read_text())["last5"]
+             for s in (0, 1, 2)]
+    avg = [r["AVG"] for r in last5]
+    row = next(line for line in readme.splitlines() if line.startswith("| fpl | 3 |") and "(61.63)" in line)
+    assert f"{np.mean(avg):.2f} ± {np.std(avg, ddof=1):.2f} (61.63)" in row
+    assert f"| {np.mean(avg) - 61.63:+.2f} |" in row
+    webcam = [r["webcam"] for r in last5]
+    assert f"{np.mean(webcam):.2f} ± {np.std(webcam, ddof=1):.2f} (55.86)" in row
+
+
+def test_kendall_tau_by_hand():
+    # ours a > b > c > d, paper a > c > b > d: one discordant pair of six -> (5 - 1) / 6
+    line = results_table.tau({"a": 4, "b": 3, "c": 2, "d": 1}, {"a": 4, "b": 2, "c": 3, "d": 1})
+    assert line.endswith(f"(4 methods): {4 / 6:+.2f}")
+    assert "needs 3 methods" in results_table.tau({"a": 1, "b": 2}, {"a": 1, "b": 2})
+
+
+def test_replace_section_keeps_the_rest_and_refuses_missing_markers():
+    text = f"intro\n{results_table.BEGIN}\nold\n{results_table.END}\nrest\n"
+    assert results_table.replace_section(text, f"{results_table.BEGIN}\nnew\n{results_table.END}") == \
+        f"intro\n{results_table.BEGIN}\nnew\n{results_table.END}\nrest\n"
+    with pytest.raises(ValueError, match="markers"):
+        results_table.replace_section("no markers", "x")
