@@ -35,13 +35,13 @@ test: $(STAMP)
 
 ## loop overhead, throughput and round phases; output saved under results/perf/
 bench: $(STAMP)
-	$(PY) -m benchmark.bench
+	$(PY) -m ray_jobs.bench
 
 ## MNIST, USPS and SVHN through torchvision's downloaders into ./data (needs internet)
 data: $(STAMP)
 	$(PY) -m benchmark.download --root data
 
-## a paper table (benchmark/tables.py): make table2 -> --table 2, make table-fedplvm -> --table fedplvm (FedPLVM's
+## a paper table (ray_jobs/tables.py): make table2 -> --table 2, make table-fedplvm -> --table fedplvm (FedPLVM's
 ## Tables 1-5: the group fedplvm12, fedplvm3, fedplvm4, fedplvm5);
 ## EXECUTOR=local: one process, one run after another, no Ray needed; ENGINE=sequential|fused|auto;
 ## PRECISION=32-true|bf16-mixed; CHECKPOINT_EVERY=10: each run's checkpoint every 10 rounds (README, Reliability);
@@ -58,7 +58,7 @@ $(TABLES): $(STAMP)
 
 ## every figure again from the run folders (table reports, smoke reports, the demo), no training
 figures: $(STAMP)
-	$(PY) -m benchmark.figures all
+	$(PY) -m ray_jobs.figures all
 
 clean:
 	rm -rf $(VENV) .cache

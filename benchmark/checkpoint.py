@@ -6,7 +6,7 @@ the metrics so far, the round and the run's protocol. Written atomically (temp f
 fsync, rename, then the older ones removed), each file starts with a magic string and
 the sha256 of the rest, so a truncated or corrupt file is detected and the previous
 one used. Nothing random is saved: every random stream a round reads is derived from
-(seed, round, client) (`ray_jobs.clients.client_generator`, MOON's own initialisation).
+(seed, round, client) (`lightning_modules.clients.client_generator`, MOON's own initialisation).
 """
 from __future__ import annotations
 

@@ -3,16 +3,12 @@
 Every plotting function reads run folders (config.json, metrics.jsonl, summary.json,
 model.pt), writes PNG (and SVG) files and returns the numbers it plotted, so they
 can be checked against the runs. Drawing uses matplotlib's object API on the Agg
-canvas: headless, no pyplot state, safe from the sweep's threads.
-
-    python -m benchmark.figures tsne RUN_DIR [RUN_DIR ...] [--out FILE.png] [--per-domain N]
-    python -m benchmark.figures all [RESULTS_DIR ...]   # `make figures`: redraw every figure, no training
+canvas: headless, no pyplot state, safe from the sweep's threads. The command line
+(`make figures`, t-SNE of runs) and a table's report figures are `ray_jobs.figures`.
 """
 from __future__ import annotations
 
-import argparse
 import json
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -22,7 +18,7 @@ from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
 
 from benchmark import paper
-from benchmark.data import DATASETS, DataError, domain_test_set, load_domain, resolve_data_root
+from benchmark.data import DATASETS, domain_test_set, load_domain, resolve_data_root
 from benchmark.results import MODEL_FILE, read_jsonl
 
 FORMATS = ("png", "svg")
@@ -191,8 +187,8 @@ def load_model(run_dir: Path):
     """The run's final global model (model.pt, float16) as a float32 model of its dataset's protocol, in eval mode."""
     import torch
 
-    from benchmark.config import DATASET_SPECS
-    from lightning_modules.resnet import build_model
+    from benchmark.models import build_model
+    from benchmark.protocols import DATASET_SPECS
 
     path = Path(run_dir) / MODEL_FILE
     if not path.is_file():
@@ -210,7 +206,7 @@ def test_features(run_dir: Path, per_domain: int, data_root: str | None = None) 
     at most `per_domain` images per domain, a fixed seed-0 pick): columns domain, label, f0..f511."""
     import torch
 
-    from benchmark.config import DATASET_SPECS
+    from benchmark.protocols import DATASET_SPECS
 
     cfg, model = _config(run_dir), load_model(run_dir)
     spec = DATASET_SPECS[cfg["dataset"]]
@@ -262,26 +258,7 @@ def plot_tsne(run_dirs, stem: Path, per_domain: int = 300, data_root: str | None
     return maps
 
 
-# --------------------------------------------------------------------------- reports and regeneration
-
-RUNS_LINE = "Runs: "  # the last line of a table report (ray_jobs.sweep) lists its runs
-
-
-def table_figures(table: str, run_dirs, out_dir: Path, title: str = "") -> dict:
-    """A table report's figures in out_dir: curves.{png,svg} and bars.{png,svg} beside the paper's table.
-    Returns {"curves": curve data, "bars": bar data, "files": [paths]}."""
-    out_dir = Path(out_dir)
-    if table == "fedproto":  # FedProto's Table 1: no domains, one split per n
-        return fedproto_figures(run_dirs, out_dir, title)
-    from benchmark.tables import METRICS, TABLES  # late: tables imports the method registry (lightning)
-
-    spec = TABLES[table]
-    curves = plot_curves(run_dirs, out_dir / "curves", f"{title}: accuracy over rounds (mean over seeds, band: ± std)")
-    bars = plot_bars(run_dirs, spec.paper, out_dir / "bars",
-                     f"{title}: {METRICS[spec.metric]}, ours (solid, ± std) beside the paper (hatched)", metric=spec.metric)
-    files = [out_dir / f"{n}.{f}" for n in ("curves", "bars") for f in FORMATS]
-    return {"curves": curves, "bars": bars, "files": files}
-
+# --------------------------------------------------------------------------- a table's and the demo's figures
 
 def fedproto_figures(run_dirs, out_dir: Path, title: str = "") -> dict:
     """FedProto Table 1's figures in out_dir: the mean client accuracy over rounds (AVG, classifier, prototype
@@ -304,65 +281,3 @@ def demo_figures(run_dirs, out_dir: Path) -> list[Path]:
     plot_curves(run_dirs, out_dir / "curves", "make demo: FedAvg vs FPL on Office-Caltech-10", formats=("png",))
     plot_tsne(run_dirs, out_dir / "tsne", per_domain=150, formats=("png",))
     return [out_dir / "curves.png", out_dir / "tsne.png"]
-
-
-def regenerate(results_dirs) -> list[Path]:
-    """Redraw every table report's figures (results_dir/table<N>.md -> results_dir/figures/table<N>/) from
-    the run folders it lists, and the demo's when its run folders exist. Nothing is trained."""
-    from benchmark.tables import make_target  # late: tables imports the method registry (lightning)
-
-    written = []
-    for results_dir in map(Path, results_dirs):
-        for md in sorted(results_dir.glob("table*.md")):
-            table = md.stem.removeprefix("table").removeprefix("-")  # table2 -> 2, table-fedapc -> fedapc
-            names = [ln[len(RUNS_LINE):].split(", ") for ln in md.read_text().splitlines() if ln.startswith(RUNS_LINE)]
-            run_dirs = [results_dir / "runs" / n for n in (names[-1] if names else [])]
-            missing = [d.name for d in run_dirs if not (d / "summary.json").is_file()]
-            head = md.read_text().splitlines()[0].lstrip("# ")
-            smoke = "smoke profile" in head
-            if not run_dirs or missing:
-                print(f"skipped {md}: {len(missing)} of {len(run_dirs)} run folders missing or incomplete "
-                      f"under {results_dir / 'runs'} (run `make {make_target(table)}{' PROFILE=smoke' if smoke else ''}` "
-                      "to make them)")
-                continue
-            title = head.split(": reproduction")[0] + (", smoke profile" if smoke else "")
-            written += table_figures(table, run_dirs, results_dir / "figures" / md.stem, title)["files"]
-    demo = [Path("results/runs") / n for n in DEMO_RUNS]
-    if all((d / MODEL_FILE).is_file() for d in demo):
-        written += demo_figures(demo, Path("results/figures/demo"))
-    return written
-
-
-def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m benchmark.figures", description=__doc__,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    sub = ap.add_subparsers(dest="cmd", required=True)
-    t = sub.add_parser("tsne", help="t-SNE of finished runs' test features, side by side")
-    t.add_argument("run_dirs", nargs="+", type=Path, metavar="RUN_DIR")
-    t.add_argument("--out", type=Path, default=None,
-                   help="PNG path (an SVG is written beside it); default RUN_DIR/tsne.png, or tsne-A-vs-B.png beside the runs")
-    t.add_argument("--per-domain", type=int, default=300, help="test images per domain (of those the run evaluated)")
-    t.add_argument("--data-root", default=None, help="default: the run's data root, else the usual lookup")
-    a = sub.add_parser("all", help="redraw every figure from existing run folders (make figures)")
-    a.add_argument("results_dirs", nargs="*", type=Path, default=[Path("results"), Path("results/smoke")])
-    args = ap.parse_args(argv)
-    try:
-        if args.cmd == "tsne":
-            if args.per_domain < 2:
-                raise FigureError(f"--per-domain must be at least 2 (got {args.per_domain}).")
-            names = [d.name for d in args.run_dirs]
-            out = args.out or (args.run_dirs[0] / "tsne.png" if len(names) == 1
-                               else args.run_dirs[0].parent / f"tsne-{'-vs-'.join(names)}.png")
-            plot_tsne(args.run_dirs, out.with_suffix(""), args.per_domain, args.data_root)
-            print(f"written: {out}, {out.with_suffix('.svg')}")
-        else:
-            files = regenerate(args.results_dirs)
-            print(f"written {len(files)} figure files" + "".join(f"\n  {f}" for f in files))
-    except (FigureError, DataError) as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

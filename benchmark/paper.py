@@ -2,7 +2,7 @@
 FedPLVM's (section 2) Tables 1 to 5; FedAPC's (section 3) Tables I and II.
 
 A table here maps method -> dataset -> domain (in the paper's column order) and "AVG" -> accuracy (%);
-`benchmark.tables` says which runs each is compared with."""
+`ray_jobs.tables` says which runs each is compared with."""
 from __future__ import annotations
 
 import numpy as np

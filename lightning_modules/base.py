@@ -40,11 +40,10 @@ import lightning as L
 import numpy as np
 import torch
 import torch.nn.functional as F
-
 from torch import nn
 
-from benchmark.server import RoundPayload
 from benchmark.transforms import Transform, to_device
+from lightning_modules.server import RoundPayload
 
 
 def precision_context(precision: str, device: torch.device):

@@ -21,12 +21,12 @@ from dataclasses import dataclass
 
 import torch
 
-from benchmark.prototypes import held_prototypes, mean_prototypes
-from benchmark.server import RoundPayload
 from benchmark.transforms import augment, random_erasing
 from lightning_modules.base import ClientModule, precision_context
 from lightning_modules.fedavg import FedAvgServer
 from lightning_modules.losses import cpcl_loss
+from lightning_modules.prototypes import held_prototypes, mean_prototypes
+from lightning_modules.server import RoundPayload
 
 CHUNK = 256  # images per forward pass of the prototype extraction (times n_views)
 

@@ -10,8 +10,8 @@ FedDyn the aggregation, FedProto, FedProc and FPL the payload).
 """
 from __future__ import annotations
 
-from benchmark.server import ServerRule, cast_like
 from lightning_modules.base import ClientModule
+from lightning_modules.server import ServerRule, cast_like
 
 
 class FedAvgClient(ClientModule):

@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import torch
 
-from benchmark.server import State, cast_like
 from lightning_modules.fedavg import FedAvgServer
+from lightning_modules.server import State, cast_like
 
 
 class FedOptServer(FedAvgServer):

@@ -25,11 +25,11 @@ from dataclasses import dataclass
 
 import torch
 
-from benchmark.prototypes import by_class, class_cluster_prototypes, cluster_prototypes, mean_prototypes
-from benchmark.server import RoundPayload
 from lightning_modules.base import ClientModule, precision_context
 from lightning_modules.fedavg import FedAvgServer
 from lightning_modules.losses import alpha_sparsity_loss, correction_loss, paper_correction_loss
+from lightning_modules.prototypes import by_class, class_cluster_prototypes, cluster_prototypes, mean_prototypes
+from lightning_modules.server import RoundPayload
 
 
 @dataclass(frozen=True)

@@ -15,11 +15,11 @@ from dataclasses import dataclass
 
 import torch
 
-from benchmark.prototypes import mean_prototypes
-from benchmark.server import RoundPayload
 from lightning_modules.base import ClientModule
 from lightning_modules.fedavg import FedAvgServer
 from lightning_modules.losses import prototype_infonce
+from lightning_modules.prototypes import mean_prototypes
+from lightning_modules.server import RoundPayload
 
 
 @dataclass(frozen=True)

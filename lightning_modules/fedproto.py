@@ -16,11 +16,11 @@ from dataclasses import dataclass
 
 import torch
 
-from benchmark.prototypes import mean_prototypes
-from benchmark.server import RoundPayload
 from lightning_modules.base import ClientModule, bn_updates_per_step
 from lightning_modules.fedavg import FedAvgServer
 from lightning_modules.losses import upcr_loss
+from lightning_modules.prototypes import mean_prototypes
+from lightning_modules.server import RoundPayload
 
 
 @dataclass(frozen=True)

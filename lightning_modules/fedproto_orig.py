@@ -15,9 +15,9 @@ differ: FedProto-mh gives clients 0-6 / 7-13 / 14-19 conv2 widths 18 / 20 / 22
 """
 from __future__ import annotations
 
-from benchmark.prototypes import mean_prototypes
-from benchmark.server import LocalModelsRule
 from lightning_modules.fedproto import FedProtoRound
+from lightning_modules.prototypes import mean_prototypes
+from lightning_modules.server import LocalModelsRule
 
 
 class FedProtoOrigServer(LocalModelsRule):

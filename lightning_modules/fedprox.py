@@ -1,5 +1,5 @@
 """FedProx: CE + (mu / 2) ||w - w_global||^2 over the parameters; FedAvg on the server
-(`FedAvgServer`, registered in benchmark/methods.py).
+(`FedAvgServer`, registered in lightning_modules/registry.py).
 
 Tian Li, Anit Kumar Sahu, Manzil Zaheer, Maziar Sanjabi, Ameet Talwalkar, Virginia Smith.
 "Federated Optimization in Heterogeneous Networks." MLSys 2020 (arXiv:1812.06127).

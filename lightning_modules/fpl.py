@@ -16,11 +16,11 @@ from dataclasses import dataclass
 
 import torch
 
-from benchmark.prototypes import cluster_prototypes, held_prototypes, mean_prototypes
-from benchmark.server import RoundPayload
 from lightning_modules.base import ClientModule
 from lightning_modules.fedavg import FedAvgServer
 from lightning_modules.losses import cpcl_loss, upcr_loss
+from lightning_modules.prototypes import cluster_prototypes, held_prototypes, mean_prototypes
+from lightning_modules.server import RoundPayload
 
 
 @dataclass(frozen=True)

@@ -2,7 +2,7 @@
 Table 1 baseline). Client: CE only (`FedAvgClient`); server: no weights, no payload."""
 from __future__ import annotations
 
-from benchmark.server import LocalModelsRule
+from lightning_modules.server import LocalModelsRule
 
 
 class LocalServer(LocalModelsRule):

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from benchmark.config import RunConfig
 from benchmark.figures import DEMO_RUNS, demo_figures
+from ray_jobs.config import RunConfig
 from ray_jobs.run import DEFAULT_OUT, RunError, run
 
 FIGURES = Path("results/figures/demo")

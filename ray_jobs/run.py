@@ -22,12 +22,14 @@ import pandas as pd
 
 from benchmark import checkpoint
 from benchmark.checkpoint import CheckpointError
-from benchmark.config import PRESETS, ConfigError, RunConfig
-from benchmark.data import DataError, check_domains_present, plan_clients, resolve_data_root
-from benchmark.methods import METHODS, HyperparameterError
+from benchmark.data import DataError, check_domains_present, resolve_data_root
 from benchmark.figures import plot_curves
+from benchmark.partition import plan_clients
+from benchmark.protocols import PRESETS, ConfigError
 from benchmark.provenance import run_provenance
 from benchmark.results import Recorder, protocol
+from lightning_modules.registry import METHODS, HyperparameterError
+from ray_jobs.config import RunConfig
 from ray_jobs.progress import RunProgress
 
 DEFAULT_OUT = Path("results") / "runs"

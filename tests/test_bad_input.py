@@ -7,7 +7,7 @@ import socket
 import numpy as np
 import pytest
 
-from benchmark.config import RunConfig
+from ray_jobs.config import RunConfig
 from ray_jobs.run import main
 
 SMALL = ["--rounds", "1", "--local-epochs", "1", "--client-fraction", "0.05", "--eval-max", "50", "--executor", "local"]
@@ -222,7 +222,7 @@ def test_auto_device_rule(monkeypatch):
     the GPUs from an actor without one)."""
     import torch
 
-    from ray_jobs.clients import resolve_device
+    from lightning_modules.clients import resolve_device
 
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     assert resolve_device("auto") == torch.device("cuda")  # in process

@@ -7,7 +7,7 @@ import re
 
 import pytest
 
-from benchmark import bench
+from ray_jobs import bench
 
 
 @pytest.fixture(scope="module")
@@ -34,7 +34,7 @@ def test_every_section_is_reported_and_saved_under_the_device_name(report):
     assert name == "bench-cpu.txt"
     for section in ("(1)", "(2)", "(3)", "(4)", "(5)", "(6)", "(7)"):
         assert f"\n{section} " in text
-    assert "\ncommand: python -m benchmark.bench --profile small --out-dir " in text
+    assert "\ncommand: python -m ray_jobs.bench --profile small --out-dir " in text
     # the engines of every method in both precisions, the ratio the printed rates' (4 significant digits printed)
     rows = re.findall(r"(\w+) +(32-true|bf16-mixed) +sequential +([\d.]+) images/s +fused +([\d.]+) images/s +"
                       r"fused / sequential +([\d.]+)", text)
@@ -78,7 +78,7 @@ def test_phase_shares_add_up_and_in_process_training_is_the_sum_of_the_groups(re
 def test_checkpoint_writes_hold_the_models_they_name(report):
     """(6): the checkpoint sizes are the global ResNet-10 alone and with k client models beside it (bytes of
     the state_dicts, counted here), rates and savings recomputed from the printed values."""
-    from lightning_modules.resnet import ResNet10
+    from benchmark.models import ResNet10
 
     _, text = report
     rows = re.findall(r"^    (?:global model only \(FedAvg, FPL\)|and (\d+) client models \(MOON\)) +([\d.]+) MB +"

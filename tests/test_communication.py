@@ -9,9 +9,10 @@ import pytest
 import torch
 
 from benchmark.communication import client_round, count, mean_per_client, run_total
-from benchmark.config import RunConfig
-from benchmark.data import plan_clients
-from benchmark.server import RoundPayload
+from benchmark.partition import plan_clients
+from lightning_modules.server import RoundPayload
+from ray_jobs.config import RunConfig
+
 from tiny_net import TinyNet
 
 # TinyNet's state_dict by hand: conv 6x3x3x3 + 6, BatchNorm weight, bias, running mean, running var 4 x 6,
@@ -56,10 +57,10 @@ def test_driver_counts_two_rounds_by_hand(method, data_root, monkeypatch):
     uploads its weights plus, for a prototype method, 6 float32 per class it holds; round 1: it also
     receives the payload: FedProto's 10 x 6 global prototypes, FPL's M x 6 cluster prototypes, their M int64
     labels, and the 10 x 6 unbiased and global prototypes; FedAvg sends and takes no prototype."""
-    import ray_jobs.clients
+    import lightning_modules.clients
     import ray_jobs.driver
 
-    for mod in (ray_jobs.clients, ray_jobs.driver):
+    for mod in (lightning_modules.clients, ray_jobs.driver):
         monkeypatch.setattr(mod, "build_model", lambda name, k: TinyNet(k))
     cfg = RunConfig(method=method, dataset="digits", domains=["usps"], split="fedapc", rounds=2, local_epochs=1,
                     client_fraction=0.5, executor="local", num_actors=1, eval_max=20)

@@ -13,8 +13,10 @@ import torch
 import torchvision.transforms.functional as TF
 
 from benchmark import data as D
-from benchmark.config import DATASET_SPECS, SPLITS, RunConfig, reference_random_split
-from benchmark.data import DataError, office_split, partition_domain, plan_clients, resolve_data_root, to_tensor_images
+from benchmark.data import DataError, office_split, resolve_data_root, to_tensor_images
+from benchmark.partition import fill_by_swap, partition_domain, plan_clients
+from benchmark.protocols import DATASET_SPECS, SPLITS, reference_random_split
+from ray_jobs.config import RunConfig
 
 # hand-known training set sizes (README of the shared data; Office by the i % 10 <= 7 rule)
 DIGITS_TRAIN = {"mnist": 60_000, "usps": 7_291, "syn": 10_000, "svhn": 73_257}
@@ -173,12 +175,12 @@ def test_fill_by_swap_constructed_case():
     (the only class held twice), so the client keeps 4 samples, one of each class."""
     labels = np.array([0, 0, 0, 1, 1, 2, 3])
     for seed in range(5):
-        out = D.fill_by_swap(np.array([0, 1, 2, 3]), labels, np.random.default_rng(seed))
+        out = fill_by_swap(np.array([0, 1, 2, 3]), labels, np.random.default_rng(seed))
         assert len(out) == 4
         assert np.bincount(labels[out], minlength=4).tolist() == [1, 1, 1, 1]
         assert {3, 5, 6} <= set(out.tolist()) and len(set(out.tolist()) & {0, 1, 2}) == 1
     # no class held twice (tiny settings only): the missing classes are added without a removal
-    out = D.fill_by_swap(np.array([0, 3]), labels, np.random.default_rng(0))
+    out = fill_by_swap(np.array([0, 3]), labels, np.random.default_rng(0))
     assert sorted(out.tolist()) == [0, 3, 5, 6]
 
 

@@ -2,12 +2,14 @@
 from __future__ import annotations
 
 import json
+
 import numpy as np
 import pytest
 
-from benchmark.config import RunConfig
 from benchmark.results import read_jsonl
+from ray_jobs.config import RunConfig
 from ray_jobs.run import RunError, run
+
 from test_figures import wandb_records
 
 SMALL = dict(rounds=2, local_epochs=1, eval_max=100, num_actors=2, driver_cpus=1, cpus_per_actor=1)
@@ -153,7 +155,7 @@ def test_communication_in_metrics_summary_and_wandb(runs, method, dataset):
     float32 per class they hold and, from round 1, receive its payload; FedAvg moves no prototype. The summary
     holds the means over rounds and the total; the W&B summary the same."""
     from benchmark.communication import KEYS, count
-    from lightning_modules.resnet import ResNet10
+    from benchmark.models import ResNet10
 
     out, summary = runs[(method, dataset)]
     entries, nbytes = count(ResNet10(10).state_dict())

@@ -6,8 +6,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from benchmark.config import ConfigError, RunConfig
+from benchmark.protocols import ConfigError
 from benchmark.results import MODEL_FILE, read_jsonl, read_summary
+from ray_jobs.config import RunConfig
 from ray_jobs.run import main, run
 
 ROUNDS = 7  # evaluated with K = 3: rounds 2 and 5 by the schedule, rounds 2-6 as the last 5

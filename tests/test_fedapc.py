@@ -10,11 +10,13 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from benchmark.config import RunConfig
-from benchmark.data import partition_domain, plan_clients, to_tensor_images
-from benchmark.methods import METHODS
+from benchmark.data import to_tensor_images
+from benchmark.partition import partition_domain, plan_clients
 from benchmark.transforms import augment, normalize, random_erasing
 from lightning_modules.fedapc import FedAPCClient, FedAPCRound, FedAPCServer
+from lightning_modules.registry import METHODS
+from ray_jobs.config import RunConfig
+
 from tiny_net import TinyNet
 
 NAN = float("nan")

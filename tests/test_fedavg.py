@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import torch
 
-from benchmark.server import accumulate, add_sums, cast_like, weighted_mean
 from lightning_modules.fedavg import FedAvgServer
+from lightning_modules.server import accumulate, add_sums, cast_like, weighted_mean
 
 
 def weighted_sum(states, weights):
@@ -117,7 +117,7 @@ def test_server_rule_aggregate_is_cast_of_mean():
 
 
 def test_fedavg_real_model_states():
-    from lightning_modules.resnet import ResNet10
+    from benchmark.models import ResNet10
     torch.manual_seed(0)
     nets = [ResNet10(10) for _ in range(2)]
     x = torch.randn(4, 3, 16, 16)

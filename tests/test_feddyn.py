@@ -10,13 +10,14 @@ import pytest
 import torch
 from torch import nn
 
-from benchmark.config import RunConfig
-from benchmark.methods import METHODS
+from benchmark.models import ResNet10
 from benchmark.transforms import normalize
+from lightning_modules.clients import ClientGroup
 from lightning_modules.feddyn import FedDynClient, FedDynServer
-from lightning_modules.resnet import ResNet10
-from ray_jobs.clients import ClientGroup
+from lightning_modules.registry import METHODS
+from ray_jobs.config import RunConfig
 from ray_jobs.driver import Driver
+
 from tiny_net import TinyNet
 
 

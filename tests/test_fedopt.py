@@ -7,12 +7,13 @@ from __future__ import annotations
 import pytest
 import torch
 
-from benchmark.config import RunConfig
-from benchmark.methods import METHODS
-from benchmark.server import cast_like
+from lightning_modules.clients import ClientGroup
 from lightning_modules.fedavg import FedAvgClient
 from lightning_modules.fedopt import FedOptServer
-from ray_jobs.clients import ClientGroup
+from lightning_modules.registry import METHODS
+from lightning_modules.server import cast_like
+from ray_jobs.config import RunConfig
+
 from tiny_net import TinyNet
 
 

@@ -10,14 +10,15 @@ import math
 import numpy as np
 import pytest
 import torch
+from test_fpl import _rows_match  # the same rows in any order
 
-from benchmark.config import RunConfig
 from benchmark.data import to_tensor_images
-from benchmark.methods import METHODS
 from benchmark.transforms import Transform
 from lightning_modules.fedplvm import FedPLVMClient, FedPLVMRound, FedPLVMServer, class_means
 from lightning_modules.losses import COS_EPS, alpha_sparsity_loss, correction_loss, paper_correction_loss
-from test_fpl import _rows_match  # the same rows in any order
+from lightning_modules.registry import METHODS
+from ray_jobs.config import RunConfig
+
 from tiny_net import TinyNet
 
 NAN = float("nan")

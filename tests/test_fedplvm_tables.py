@@ -11,10 +11,12 @@ import pandas as pd
 import pytest
 
 from benchmark import paper
-from benchmark.config import RunConfig
 from benchmark.results import read_jsonl
-from benchmark.tables import GROUPS, TABLES, make_target
-from ray_jobs.sweep import execute, main, plan, setting_line
+from ray_jobs.config import RunConfig
+from ray_jobs.plan import plan
+from ray_jobs.report import setting_line
+from ray_jobs.sweep import execute, main
+from ray_jobs.tables import GROUPS, TABLES, make_target
 
 DOMAINS = "mnist,usps,amazon,dslr"  # two domains of each dataset (the shared data has no full SVHN)
 T12 = ["fedavg", "fedprox", "fedproto", "fpl", "fedplvm"]

@@ -9,10 +9,10 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from benchmark.methods import METHODS
+from benchmark.models import ResNet10
 from lightning_modules.fedproc import FedProcClient, FedProcServer
 from lightning_modules.losses import prototype_infonce
-from lightning_modules.resnet import ResNet10
+from lightning_modules.registry import METHODS
 
 NAN = float("nan")
 

@@ -7,11 +7,12 @@ import pytest
 import torch
 from torch import nn
 
-from benchmark.methods import METHODS
+from benchmark.models import ResNet10
 from lightning_modules.base import fit_local
 from lightning_modules.fedproto import FedProtoClient, FedProtoRound, FedProtoServer
 from lightning_modules.moon import MOONClient
-from lightning_modules.resnet import ResNet10
+from lightning_modules.registry import METHODS
+
 from tiny_net import TinyNet as TinyBNNet
 
 NAN = float("nan")

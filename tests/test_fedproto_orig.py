@@ -7,24 +7,25 @@ import numpy as np
 import pytest
 import torch
 
-from benchmark.config import RunConfig
+from benchmark.cnn import CNNMnist
 from benchmark.data import eval_subset, load_domain, to_tensor_images
 from benchmark.fewshot import nway_kshot_split
-from benchmark.methods import METHODS
-from benchmark.prototypes import nearest_prototype
+from benchmark.models import build_model
 from benchmark.results import read_jsonl
-from benchmark.server import LocalModelsRule
-from lightning_modules.cnn import CNNMnist
+from lightning_modules.base import own_initialisation
+from lightning_modules.clients import ClientGroup
 from lightning_modules.fedavg import FedAvgClient
 from lightning_modules.fedproto import FedProtoClient, FedProtoRound
 from lightning_modules.fedproto_orig import FedProtoOrigServer, fedproto_mh_model
 from lightning_modules.local import LocalServer
-from lightning_modules.resnet import build_model
-from lightning_modules.base import own_initialisation
-from ray_jobs.clients import ClientGroup
+from lightning_modules.prototypes import nearest_prototype
+from lightning_modules.registry import METHODS
+from lightning_modules.server import LocalModelsRule
+from ray_jobs.config import RunConfig
 from ray_jobs.driver import Driver, client_mean_accuracy, domain_mean_accuracy
-from ray_jobs.run import RunError, run
+from ray_jobs.run import RunError
 from ray_jobs.run import plan_run_clients as planned_clients
+from ray_jobs.run import run
 
 NAN = float("nan")
 

@@ -6,11 +6,11 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from benchmark.methods import METHODS
+from benchmark.models import ResNet10
 from benchmark.transforms import normalize
 from lightning_modules.fedavg import FedAvgServer
 from lightning_modules.fedprox import FedProxClient
-from lightning_modules.resnet import ResNet10
+from lightning_modules.registry import METHODS
 
 
 def make_client(**hp):

@@ -17,9 +17,9 @@ import pytest
 import torch
 
 from benchmark import figures, paper
-from benchmark.config import RunConfig
 from benchmark.data import eval_subset, load_domain
 from benchmark.results import MODEL_FILE, Recorder
+from ray_jobs.config import RunConfig
 from ray_jobs.progress import RunProgress, SweepProgress
 from ray_jobs.run import run
 

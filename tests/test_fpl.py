@@ -10,12 +10,12 @@ import torch
 import torch.nn.functional as F
 
 from benchmark.data import to_tensor_images
-from benchmark.prototypes import cluster_prototypes, mean_prototypes
+from benchmark.models import ResNet10
 from benchmark.transforms import normalize
 from lightning_modules.base import ClientModule
 from lightning_modules.fpl import FPLServer
-from lightning_modules.resnet import ResNet10
 from lightning_modules.losses import cpcl_loss, upcr_loss
+from lightning_modules.prototypes import cluster_prototypes, mean_prototypes
 
 with warnings.catch_warnings():
     warnings.simplefilter("ignore")

@@ -9,11 +9,12 @@ import math
 import pytest
 import torch
 
-from benchmark.config import ConfigError, RunConfig
-from benchmark.methods import METHODS, TABLE2_METHODS
+from benchmark.models import ResNet10
+from benchmark.protocols import ConfigError
 from lightning_modules.fpl import FPLClient, FPLRound, FPLServer
-from lightning_modules.resnet import ResNet10
 from lightning_modules.losses import cpcl_loss, upcr_loss
+from lightning_modules.registry import METHODS, TABLE2_METHODS
+from ray_jobs.config import RunConfig
 
 NAN = float("nan")
 ABLATIONS = ["fpl", "fpl_cpcl_only", "fpl_upcr_only", "fpl_upcr_global", "fpl_cpcl_global"]

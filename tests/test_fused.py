@@ -15,12 +15,13 @@ import numpy as np
 import pytest
 import torch
 
-from benchmark.config import RunConfig
 from benchmark.data import to_tensor_images
-from benchmark.methods import METHODS
-from benchmark.server import weighted_mean
+from lightning_modules.clients import ClientGroup, resolve_engine
 from lightning_modules.fused import fit_fused
-from ray_jobs.clients import ClientGroup, resolve_engine
+from lightning_modules.registry import METHODS
+from lightning_modules.server import weighted_mean
+from ray_jobs.config import RunConfig
+
 from tiny_net import TinyNet
 
 SIZES = {0: 10, 1: 7, 2: 10, 3: 5, 4: 7}  # client id -> samples: 2 of 10, 2 of 7, 1 of 5

@@ -10,10 +10,11 @@ import numpy as np
 import pytest
 import torch
 
-from benchmark.config import RunConfig
-from benchmark.data import eval_subset, load_domain, plan_clients, to_tensor_images
+from benchmark.data import eval_subset, load_domain, to_tensor_images
+from benchmark.models import build_model
+from benchmark.partition import plan_clients
 from benchmark.results import read_jsonl
-from lightning_modules.resnet import build_model
+from ray_jobs.config import RunConfig
 from ray_jobs.run import run
 
 # 5 clients (webcam 1, dslr 4) of a few images each: cheap, every client holds several classes

@@ -6,8 +6,8 @@ import pytest
 import torch
 
 from benchmark.data import to_tensor_images
+from benchmark.models import ResNet10
 from benchmark.transforms import normalize
-from lightning_modules.resnet import ResNet10
 
 
 @pytest.fixture(scope="module")

@@ -11,15 +11,16 @@ import math
 import pytest
 import torch
 
-from benchmark.config import RunConfig
-from benchmark.methods import METHODS
+from benchmark.models import ResNet10
 from benchmark.transforms import normalize
 from lightning_modules.base import fit_local
+from lightning_modules.clients import ClientGroup
 from lightning_modules.fedavg import FedAvgServer
 from lightning_modules.losses import moon_loss
 from lightning_modules.moon import MOONClient, own_initialisation
-from lightning_modules.resnet import ResNet10
-from ray_jobs.clients import ClientGroup
+from lightning_modules.registry import METHODS
+from ray_jobs.config import RunConfig
+
 from tiny_net import TinyNet
 
 

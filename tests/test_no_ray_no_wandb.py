@@ -21,7 +21,7 @@ class Block(importlib.abc.MetaPathFinder):
 sys.meta_path.insert(0, Block())
 from ray_jobs.run import main
 from ray_jobs.sweep import execute
-from benchmark.config import RunConfig
+from ray_jobs.config import RunConfig
 
 out, root = sys.argv[1], sys.argv[2]
 small = ["--rounds", "1", "--local-epochs", "1", "--client-fraction", "0.05", "--eval-max", "20", "--quiet",

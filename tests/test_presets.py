@@ -6,11 +6,13 @@ import numpy as np
 import pytest
 import torch
 
-from benchmark.config import DATASET_SPECS, PRESETS, ConfigError, RunConfig
-from benchmark.data import first_per_class, load_domain, plan_clients, shuffled_split, to_tensor_images
+from benchmark.data import first_per_class, load_domain, shuffled_split, to_tensor_images
+from benchmark.models import build_model
+from benchmark.partition import plan_clients
+from benchmark.protocols import DATASET_SPECS, PRESETS, ConfigError
 from benchmark.transforms import Transform, augment, normalize
 from lightning_modules.base import batches
-from lightning_modules.resnet import build_model
+from ray_jobs.config import RunConfig
 from ray_jobs.run import build_parser, config_from_args
 
 
@@ -157,9 +159,9 @@ def test_fedplvm_protocol_starts_each_client_from_its_own_model_and_averages_the
     FedPLVM-protocol run, redone client by client from each client's own initialisation, must give the plain
     mean of their trained weights (Office-10's DSLR client has 94 images, Webcam's 100: a sample-weighted
     mean differs)."""
-    from benchmark.methods import METHODS
     from lightning_modules.base import fit_local, own_initialisation
-    from ray_jobs.clients import client_generator
+    from lightning_modules.clients import client_generator
+    from lightning_modules.registry import METHODS
     from ray_jobs.driver import Driver
     from ray_jobs.run import plan_run_clients
 

@@ -18,8 +18,8 @@ import torch
 
 from benchmark import checkpoint
 from benchmark.checkpoint import CheckpointError
-from benchmark.config import RunConfig
 from benchmark.results import read_jsonl
+from ray_jobs.config import RunConfig
 from ray_jobs.run import RunError, main, run
 
 PROJECT = Path(__file__).resolve().parent.parent

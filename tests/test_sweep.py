@@ -15,11 +15,12 @@ import pandas as pd
 import pytest
 
 from benchmark import figures
-from benchmark.config import RunConfig
 from benchmark.data import DataError
 from benchmark.results import is_complete, protocol, read_jsonl
+from ray_jobs.config import RunConfig
+from ray_jobs.plan import check_data, plan, select
 from ray_jobs.run import RunError
-from ray_jobs.sweep import check_data, execute, main, plan, select
+from ray_jobs.sweep import execute, main
 
 METHODS = ["fedavg", "fedprox", "moon", "feddyn", "fedopt", "fedproc", "fedproto", "fpl"]
 ARGS = ["--table", "2", "--profile", "smoke", "--domains", "mnist,usps,syn"]
@@ -226,8 +227,9 @@ def test_nothing_written_holds_a_secret(smoke, data_root, tmp_path):
 def test_table_all_runs_every_method_but_the_variants_and_picks_up_a_later_one(data_root, tmp_path):
     """`make table-all`: every registered method that is not an ablation variant, on both datasets, FPL's protocol;
     a method registered after the sweep module was imported joins without an edit."""
-    from benchmark.methods import METHODS as REGISTRY, Method, register
     from lightning_modules.fedavg import FedAvgClient, FedAvgServer
+    from lightning_modules.registry import METHODS as REGISTRY
+    from lightning_modules.registry import Method, register
 
     runs = plan("all", "smoke", ["mnist", "usps", "syn"], tmp_path, str(data_root))
     own = [m for m, spec in REGISTRY.items() if spec.variant_of is None]
@@ -255,8 +257,8 @@ def test_table_all_smoke_shares_table2_runs_and_reports_communication(smoke, dat
     where FPL's Table 2 has one, and the MB a client uploads and receives per round: ResNet-10's state_dict
     each way for FedAvg, nothing for Local, only prototypes for FedProto as published."""
     from benchmark.communication import count
-    from benchmark.methods import METHODS as REGISTRY
-    from lightning_modules.resnet import ResNet10
+    from benchmark.models import ResNet10
+    from lightning_modules.registry import METHODS as REGISTRY
 
     copy = tmp_path / "all"
     shutil.copytree(smoke, copy)

@@ -12,7 +12,8 @@ import pytest
 
 from benchmark import figures
 from benchmark.results import read_jsonl
-from ray_jobs.sweep import execute, main, plan
+from ray_jobs.plan import plan
+from ray_jobs.sweep import execute, main
 
 METHODS = ["fedproto_orig", "fedproto_mh", "fedavg", "fedprox", "local"]
 ARGS = ["--table", "fedproto", "--profile", "smoke", "--executor", "local"]

@@ -1,11 +1,12 @@
-"""Run configuration: one frozen dataclass, FPL's protocol as defaults, each paper's protocol a named preset.
+"""A run's configuration: one frozen dataclass, FPL's protocol as defaults, each paper's protocol a named preset
+(`benchmark.protocols`), and how the run is executed (executor, actors and their resources, engine, device,
+checkpoints, evaluation schedule).
 
-`RunConfig` goes as it is to the driver and to every client group (Ray pickles it).
-A paper's protocol is data, in two places: what its dataset fixes (domains, clients,
-their samples, model, input size, transform) is a `DatasetSpec`; the run's numbers
-(rounds, local epochs, batch, optimiser) are a `PRESETS` entry, which also names the
-dataset. `RunConfig.from_preset("fedplvm-digit5", seed=1)` is that protocol; any
-field given beside the preset overrides it.
+`RunConfig` goes as it is to the driver and to every client group (Ray pickles it); the client side
+(`lightning_modules.clients`) reads its fields without importing it. It checks every value when made, the method
+and its hyperparameters against the registry (`lightning_modules.registry`).
+`RunConfig.from_preset("fedplvm-digit5", seed=1)` is that paper's protocol; any field given beside the preset
+overrides it.
 """
 from __future__ import annotations
 
@@ -14,117 +15,14 @@ import json
 import math
 from dataclasses import dataclass, field
 
-import numpy as np
-
-from benchmark.data import DATASETS, IMAGE_SIZE
+from benchmark.data import DATASETS
+from benchmark.protocols import (AGGREGATIONS, CLIENT_INITS, DATASET_SPECS, DEFAULT_SPLIT, PRECISIONS, PRESETS,
+                                 RANDOM_SPLIT, SPLITS, ConfigError, DatasetSpec, reference_random_split)
 from benchmark.results import LAST_K
-from benchmark.transforms import Transform
+from lightning_modules.clients import ENGINES
+from lightning_modules.registry import METHODS
 
-ENGINES = ("auto", "sequential", "fused")  # client training engines (ray_jobs.clients)
 DEVICES = ("auto", "cpu", "cuda")  # --device (auto: cuda when the process sees a GPU)
-# how a protocol averages the clients' weights (rules that weight by sample count: FedAvg and those built on it):
-# by sample count (FPL's RethinkFL code) or each client alike (FedPLVM's `average_weights`)
-AGGREGATIONS = ("samples", "uniform")
-# where clients start round 0: one initialisation for all (FPL's code) or each its own, seeded from (seed, client
-# id) (FedPLVM's main.py builds one model per client; they meet at the first average)
-CLIENT_INITS = ("shared", "own")
-PRECISIONS = ("32-true", "bf16-mixed")  # Lightning's precision names (lightning_modules.base.precision_context)
-
-# Client splits per dataset (clients per domain, in domain order). PROTOCOL.md sections 1 and 3.
-SPLITS: dict[str, dict[str, dict[str, int]]] = {
-    "digits": {
-        "code": {"mnist": 6, "usps": 4, "svhn": 3, "syn": 7},  # RethinkFL's code: the paper's numbers
-        "paper": {"mnist": 3, "usps": 7, "svhn": 6, "syn": 4},  # the paper's text
-        "fedapc": {"mnist": 2, "usps": 1, "svhn": 2, "syn": 3},  # FedAPC's 8 clients
-    },
-    "office_caltech": {
-        "default": {"caltech": 3, "amazon": 2, "webcam": 1, "dslr": 4},
-        "fedapc": {"caltech": 3, "amazon": 2, "webcam": 2, "dslr": 1},  # FedAPC's 8 clients
-    },
-    "digit5": {"default": {d: 1 for d in DATASETS["digit5"]}},  # FedPLVM: one client per domain
-    # FedProto: 20 MNIST clients, n-way k-shot with mean n = 3, 4 or 5 (DatasetSpec.ways)
-    "mnist": {f"{n}way": {"mnist": 20} for n in (3, 4, 5)},
-    "office10": {"default": {d: 1 for d in DATASETS["office10"]}},
-}
-DEFAULT_SPLIT = {"digits": "code", "office_caltech": "default", "digit5": "default", "office10": "default", "mnist": "3way"}
-RANDOM_SPLIT = "random"  # the split drawn from the seed, as RethinkFL's --rand_dataset does (`reference_random_split`)
-
-
-@dataclass(frozen=True)
-class DatasetSpec:
-    """What a dataset's protocol fixes besides its domains and splits: classes, model, input size,
-    transform, and how clients get their samples: a share `client_pct` of their domain's training set
-    drawn at random (FPL), or, with `per_class` = (k_train, k_test), the first k_train samples of each
-    class to train and the first k_test of each class of the test set to test (FedPLVM)."""
-
-    num_classes: int
-    model: str  # a name in lightning_modules.resnet.MODELS
-    image_size: int  # images are resized to image_size x image_size at load time
-    transform: Transform = Transform()  # FPL's: crop + flip, ImageNet normalisation
-    client_pct: float | None = None
-    per_class: tuple[int, int] | None = None
-    channels: int = 3  # image channels the model takes: grey images are repeated to 3, or kept as 1
-    # FedProto's n-way k-shot split (benchmark.fewshot): split name -> mean n; each client gets its own
-    # test samples (40 of each of its classes) and is evaluated on them in its client group
-    ways: dict[str, int] | None = None
-
-
-DATASET_SPECS: dict[str, DatasetSpec] = {
-    "digits": DatasetSpec(num_classes=10, model="resnet10", image_size=IMAGE_SIZE, client_pct=0.01),
-    "office_caltech": DatasetSpec(num_classes=10, model="resnet10", image_size=IMAGE_SIZE, client_pct=0.2),
-    # FedPLVM (its utils/data_util.py): Resize(64), no augmentation; Digit-5 normalised with mean = std = 0.5,
-    # Office-10 not normalised (ToTensor only)
-    "digit5": DatasetSpec(num_classes=10, model="resnet10_plvm", image_size=64, per_class=(10, 100),
-                          transform=Transform(mean=(0.5,) * 3, std=(0.5,) * 3, augment=False)),
-    "office10": DatasetSpec(num_classes=10, model="resnet10_plvm", image_size=64, per_class=(10, 100),
-                            transform=Transform(mean=(0.0,) * 3, std=(1.0,) * 3, augment=False)),
-    # FedProto (its lib/utils.py): MNIST 1 x 28 x 28, ToTensor + Normalize((0.1307,), (0.3081,)), no augmentation
-    "mnist": DatasetSpec(num_classes=10, model="cnn_mnist", image_size=28, channels=1, ways={"3way": 3, "4way": 4, "5way": 5},
-                         transform=Transform(mean=(0.1307,), std=(0.3081,), augment=False)),
-}
-
-# A paper's run protocol by name: RunConfig field values (the dataset's own protocol is its DatasetSpec).
-_FPL = dict(rounds=100, local_epochs=10, batch_size=64, lr=0.01, momentum=0.9, weight_decay=1e-5)
-_FEDPLVM = dict(local_epochs=2, batch_size=32, lr=0.01, momentum=0.5, weight_decay=1e-5, drop_last=True,
-                aggregation="uniform", client_init="own")
-# FedAPC states its 8-client split, batch 32, lr 0.01 and 100 rounds; momentum, weight decay and local epochs
-# are RethinkFL's, whose data protocol it uses (README, FedAPC)
-_FEDAPC = dict(split="fedapc", rounds=100, local_epochs=10, batch_size=32, lr=0.01, momentum=0.9, weight_decay=1e-5)
-PRESETS: dict[str, dict] = {
-    "fpl-digits": dict(dataset="digits", **_FPL),  # FPL (CVPR 2023), PROTOCOL.md section 1
-    "fpl-office": dict(dataset="office_caltech", **_FPL),
-    "fedplvm-digit5": dict(dataset="digit5", rounds=50, **_FEDPLVM),  # FedPLVM (NeurIPS 2024), section 2
-    "fedplvm-office10": dict(dataset="office10", rounds=80, **_FEDPLVM),
-    # FedProto (AAAI 2022), section 4: SGD lr 0.01 momentum 0.5 (no weight decay), batch 4 with the
-    # DataLoader's drop_last, 1 local epoch, 100 rounds; n = 3, 4, 5
-    **{f"fedproto-mnist-n{n}": dict(dataset="mnist", split=f"{n}way", rounds=100, local_epochs=1, batch_size=4,
-                                    lr=0.01, momentum=0.5, weight_decay=0.0, drop_last=True) for n in (3, 4, 5)},
-    "fedapc-digits": dict(dataset="digits", **_FEDAPC),  # FedAPC (2025), section 3
-    "fedapc-office": dict(dataset="office_caltech", **_FEDAPC),
-}
-
-
-def reference_random_split(dataset: str, seed: int, max_per_domain: int = 10) -> dict[str, int]:
-    """Clients per domain drawn from the seed as RethinkFL's `utils/training.py` does with `--rand_dataset`.
-
-    There, after `np.random.seed(seed)` and before any other draw from numpy's
-    global stream, every client's domain is `np.random.choice(domains)`, redrawn
-    whole while a domain gets more than 10 clients: Digits draws all 20 clients;
-    Office-Caltech draws 6 and adds one client of each domain. Seed 0 gives the
-    `code` / `default` presets.
-    """
-    domains = list(DATASETS[dataset])
-    total = sum(SPLITS[dataset][DEFAULT_SPLIT[dataset]].values())
-    each = 0 if dataset == "digits" else 1  # Office: one client of every domain on top of the draw
-    rng = np.random.RandomState(seed)  # numpy's legacy stream, as np.random.seed(seed) sets it
-    while True:
-        counts = np.bincount(rng.choice(len(domains), size=total - each * len(domains)), minlength=len(domains)) + each
-        if counts.max() <= max_per_domain:
-            return dict(zip(domains, counts.tolist()))
-
-
-class ConfigError(ValueError):
-    """A configuration value is unknown or impossible."""
 
 
 @dataclass(frozen=True)
@@ -178,8 +76,6 @@ class RunConfig:
         return cls(**{**PRESETS[preset], **overrides, "preset": preset})
 
     def __post_init__(self):
-        from benchmark.methods import METHODS  # late: methods import lightning
-
         if self.method not in METHODS:
             raise ConfigError(f"unknown method {self.method!r}; choose one of: {', '.join(sorted(METHODS))}.")
         if self.dataset not in DATASETS:

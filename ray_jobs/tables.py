@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from benchmark import paper
-from benchmark.methods import METHODS, TABLE2_METHODS
+from lightning_modules.registry import METHODS, TABLE2_METHODS
 
 METRICS = {
     "last5": "mean accuracy of the last 5 rounds",
@@ -64,7 +64,7 @@ TABLES: dict[str, Table] = {
     "3": Table("FPL Table 3 (consistency target G vs U) and Fig. 5 (CPCL cluster vs global prototypes)",
                _fpl_rows(paper.TABLE3) + [("fpl_cpcl_only", "fpl-office"), ("fpl_cpcl_global", "fpl-office")],
                paper.TABLE3),
-    # FedProto (AAAI 2022) Table 1, MNIST n-way k-shot, n = 3, 4, 5; its own report (ray_jobs.table_fedproto)
+    # FedProto (AAAI 2022) Table 1, MNIST n-way k-shot, n = 3, 4, 5; its own report (ray_jobs.report_fedproto)
     # its ± is the std over the 20 clients of one run, so one seed, as the paper's
     "fedproto": Table("FedProto Table 1 (MNIST, stdev 2)",
                       [(m, f"fedproto-mnist-n{n}") for n in (3, 4, 5) for m in paper.FEDPROTO_TABLE1],

@@ -19,9 +19,9 @@ from lightning_modules.feddyn import FedDynClient, FedDynServer
 from lightning_modules.fedopt import FedOptServer
 from lightning_modules.fedplvm import FedPLVMClient, FedPLVMServer
 from lightning_modules.fedproc import FedProcClient, FedProcServer
-from lightning_modules.fedprox import FedProxClient
 from lightning_modules.fedproto import FedProtoClient, FedProtoServer
 from lightning_modules.fedproto_orig import FedProtoOrigServer, fedproto_mh_model
+from lightning_modules.fedprox import FedProxClient
 from lightning_modules.fpl import FPLClient, FPLServer
 from lightning_modules.local import LocalServer
 from lightning_modules.moon import MOONClient

@@ -1,16 +1,16 @@
 """The models, by name: CIFAR-style ResNet-10 of FPL (PROTOCOL.md section 1, 4,903,242 parameters) and
-FedPLVM's ResNet-10 for 64x64 inputs (section 2), and FedProto's MNIST CNN (`lightning_modules.cnn`, section 4).
+FedPLVM's ResNet-10 for 64x64 inputs (section 2), and FedProto's MNIST CNN (`benchmark.cnn`, section 4).
 
 A model maps images to (logits, features) and has `features(x)`, `feature_dim` and
-`num_classes`; `build_model` makes the one a dataset's spec names (benchmark/config.py), channels_last.
+`num_classes`; `build_model` makes the one a dataset's spec names (benchmark/protocols.py), channels_last.
 """
 from __future__ import annotations
 
 import torch
-from torch import nn
 import torch.nn.functional as F
+from torch import nn
 
-from lightning_modules.cnn import CNNMnist
+from benchmark.cnn import CNNMnist
 
 
 class BasicBlock(nn.Module):

@@ -2,7 +2,7 @@
 
     python -m ray_jobs.sweep --table fedproto [--profile full|smoke]
 
-The runs (table "fedproto" of `benchmark.tables`, planned and run as every sweep's, resumable):
+The runs (table "fedproto" of `ray_jobs.tables`, planned and run as every sweep's, resumable):
 FedProto, FedProto-mh, FedAvg, FedProx and Local on the presets `fedproto-mnist-n3|n4|n5` (the same
 split and model for all). The report: per method and n, mean ± std over seeds of the final round's
 mean client accuracy, beside the paper's value (whose ± is the std over clients; ours over clients is in its
@@ -19,13 +19,13 @@ import numpy as np
 import pandas as pd
 
 from benchmark import paper
-from benchmark.config import RunConfig
-from benchmark.figures import RUNS_LINE, table_figures
-from benchmark.methods import METHODS
+from benchmark.models import build_model
 from benchmark.results import atomic_write, read_jsonl, read_summary, run_complete
-from benchmark.tables import TABLES
 from lightning_modules.local import LocalServer
-from lightning_modules.resnet import build_model
+from lightning_modules.registry import METHODS
+from ray_jobs.config import RunConfig
+from ray_jobs.figures import RUNS_LINE, table_figures
+from ray_jobs.tables import TABLES
 
 WAYS = [3, 4, 5]
 FEDPROTO_METHODS = ("fedproto_orig", "fedproto_mh")  # rows of both inference rules

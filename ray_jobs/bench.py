@@ -113,10 +113,10 @@ class TrainerClient(FedAvgClient):
 
 def trainer_fit(module, x, y, epochs, batch_size):
     """The same client round through lightning.Trainer.fit, every per-fit extra off."""
+    import logging
+
     import lightning as L
     from torch.utils.data import DataLoader, TensorDataset
-
-    import logging
 
     logging.getLogger("lightning.pytorch").setLevel(logging.WARNING)
     loader = DataLoader(TensorDataset(x, y), batch_size=batch_size, shuffle=True)
@@ -145,7 +145,7 @@ def loop_overhead(device, n=640, epochs=5, repeats=15):
 
 
 def resnet_throughput(device, n, epochs, repeats):
-    from lightning_modules.resnet import build_model
+    from benchmark.models import build_model
 
     resnet10 = lambda: build_model("resnet10", 10)  # noqa: E731  (channels_last, as the runs')
     x = torch.randint(0, 256, (n, 3, 32, 32), dtype=torch.uint8, device=device)
@@ -163,9 +163,9 @@ def resnet_throughput(device, n, epochs, repeats):
 def engine_throughput(device, method: str, clients: int, n: int, epochs: int, repeats: int,
                       precision: str = "32-true"):
     """Images/s of `clients` ResNet-10 clients of n samples each: fit_local one after another vs fit_fused."""
-    from benchmark.methods import METHODS
+    from benchmark.models import ResNet10, build_model
     from lightning_modules.fused import fit_fused
-    from lightning_modules.resnet import ResNet10, build_model
+    from lightning_modules.registry import METHODS
 
     spec = METHODS[method]
     torch.manual_seed(0)
@@ -212,7 +212,7 @@ def input_batches(device, clients: int, n: int, repeats: int) -> tuple[float, fl
 def memory_format_throughput(device, n: int, eval_n: int, repeats: int) -> dict:
     """{(training|evaluation, contiguous|channels_last): images/s} of ResNet-10 (fit_local, 1 epoch of n
     images, batch 64; one no-grad forward pass of eval_n images), its weights in either memory format."""
-    from lightning_modules.resnet import build_model
+    from benchmark.models import build_model
 
     x = torch.randint(0, 256, (n, 3, 32, 32), dtype=torch.uint8, device=device)
     y = torch.randint(0, 10, (n,), device=device)
@@ -238,8 +238,7 @@ def checkpoint_write(folder: Path, clients: int, repeats: int) -> tuple[float, f
     import tempfile
 
     from benchmark import checkpoint
-
-    from lightning_modules.resnet import ResNet10
+    from benchmark.models import ResNet10
 
     state = {k: v.detach().clone() for k, v in ResNet10().state_dict().items()}
     obj = {"driver": {"global_state": state,
@@ -268,7 +267,7 @@ def round_phases(executor="ray", engine="auto", method="fpl", dataset="office_ca
     """The phases of the last round of a run (`settings` over the paper's protocol): returns (cfg, phases, wall_s)."""
     import tempfile
 
-    from benchmark.config import RunConfig
+    from ray_jobs.config import RunConfig
     from ray_jobs.run import run
 
     os.environ.setdefault("WANDB_MODE", "disabled")
@@ -405,7 +404,7 @@ def main(argv=None):
             f"channels_last / contiguous {b / a:6.3f}")
     path = out / f"bench-{device_slug(device)}.txt"
     flags = " ".join(argv if argv is not None else sys.argv[1:])
-    path.write_text("\n".join(lines) + f"\n\ncommand: python -m benchmark.bench {flags}".rstrip() + "\n")
+    path.write_text("\n".join(lines) + f"\n\ncommand: python -m ray_jobs.bench {flags}".rstrip() + "\n")
     print(f"\nsaved: {path}")
     return path
 

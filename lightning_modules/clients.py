@@ -1,6 +1,10 @@
-"""A group of clients held by one process: their data shards as resident tensors, one module.
+"""The client side of a round: a group of clients held by one process, their data shards as resident tensors,
+one module, the engines that train them (`fit_local`, `fit_fused`).
 
-The same class runs in-process (`--executor local`) and as a Ray actor. Clients
+The same class runs in-process (`--executor local`) and as a Ray actor (`ray_jobs.executors` wraps it, nothing
+more). It takes the run's configuration (`ray_jobs.config.RunConfig`, or any object with its fields; it reads the
+method, its hyperparameters, the protocol's training values, the engine, device and precision) without importing
+it: the layer that runs things stands on this one, not the other way. Clients
 of a group train one after another on one LightningModule whose weights are
 reloaded from the round's global state for each client; what a client must keep
 between rounds (MOON's previous model, FedDyn's h_k) is stored per client id
@@ -34,18 +38,19 @@ import numpy as np
 import torch
 
 from benchmark.communication import count
-from benchmark.config import ENGINES, RunConfig
 from benchmark.data import domain_test_set, load_domain, to_tensor_images
-from benchmark.methods import METHODS
+from benchmark.models import build_model
 from benchmark.provenance import describe_process
-from benchmark.server import RoundPayload, State, accumulate
-from benchmark.prototypes import nearest_prototype
 from lightning_modules.base import ClientModule, NonFiniteLoss, fit_local, own_initialisation, precision_context
 from lightning_modules.fused import FusedNonFiniteLoss, fit_fused
-from lightning_modules.resnet import build_model
+from lightning_modules.prototypes import nearest_prototype
+from lightning_modules.registry import METHODS
+from lightning_modules.server import RoundPayload, State, accumulate
+
+ENGINES = ("auto", "sequential", "fused")  # how a group trains its clients (`resolve_engine`)
 
 
-def aggregation_weight(cfg: RunConfig, rule, n: int) -> float:
+def aggregation_weight(cfg, rule, n: int) -> float:
     """A client's weight in the average of round weights, from its n training samples: the rule's `client_weight`
     of n, or of 1 when the protocol averages each client alike (`aggregation="mean"`)."""
     return rule.client_weight(cfg.hparams, n if cfg.aggregation == "samples" else 1)
@@ -95,7 +100,7 @@ def client_generator(seed: int, round_idx: int, client_id: int) -> torch.Generat
 class ClientGroup:
     states_round = -1  # client_states are those after this round (-1: none yet, a fresh process)
 
-    def __init__(self, cfg: RunConfig, clients: list[dict], data_root: str):
+    def __init__(self, cfg, clients: list[dict], data_root: str):
         self.cfg = cfg
         self.device = resolve_device(cfg.device, cfg.gpus_per_actor if cfg.executor == "ray" else None)
         if self.device.type == "cpu":  # the actor's CPU share, in or out of Ray: same kernels, same numbers

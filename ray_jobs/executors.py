@@ -1,0 +1,133 @@
+"""Executors: where a run's client groups live. `LocalExecutor` holds them as plain objects in this process;
+`RayExecutor` holds each in a Ray actor (the group itself, `lightning_modules.clients.ClientGroup`, as the actor's
+class: a thin shell) with its CPU / GPU share, restarts a dead actor and rebuilds its clients from their states.
+Both give the driver the same calls (`map`, `put`, the clients' persistent states).
+"""
+from __future__ import annotations
+
+import time
+
+from lightning_modules.clients import ClientGroup, StaleClientStates
+from ray_jobs.config import RunConfig
+
+
+def assign_groups(clients: list[dict], num_groups: int) -> list[list[dict]]:
+    """Round-robin clients over the groups (so each group mixes domains evenly)."""
+    groups = [clients[g::num_groups] for g in range(min(num_groups, len(clients)))]
+    return [g for g in groups if g]
+
+
+RESTART_TIMEOUT_S = 600  # a restarting client actor that is not back by then stops the run
+
+
+class ActorFailed(RuntimeError):
+    """A client actor died more often than the run allows (`actor_restarts`)."""
+
+
+class Executor:
+    """Client groups and what the driver knows of their clients' persistent states: `client_states` (client id
+    -> `client_state()`, on the CPU) after round `states_round`, the states any group must start round
+    `states_round + 1` from (a restarted or resumed group gets them with `set_client_states`). Ray actors that
+    Ray may restart send them with every round's results (`RunConfig.states_every_round`); otherwise they are
+    read only for a checkpoint (`collect_states`)."""
+
+    def __init__(self, cfg: RunConfig):
+        self.cfg = cfg
+        self.client_states: dict[int, object] = {}
+        self.states_round = -1
+        self.notes: list[str] = []  # what happened (actor restarts), for the entry point to print
+
+    def states_of(self, members: list[int]) -> dict:
+        return {cid: self.client_states[cid] for cid in members if cid in self.client_states}
+
+    def collect_states(self) -> None:
+        """`client_states` as of `states_round`: read from the groups, unless they send them every round."""
+        if not self.cfg.states_every_round:
+            for states in self.map("persistent_states"):
+                self.client_states.update(states)
+
+
+class LocalExecutor(Executor):
+    """Client groups as plain objects in this process, one after another."""
+
+    parallel = False  # a round's local training is the sum of the groups' times
+
+    def __init__(self, cfg: RunConfig, groups: list[list[dict]], data_root: str):
+        super().__init__(cfg)
+        self.groups = [ClientGroup(cfg, g, data_root) for g in groups]
+
+    def put(self, obj):
+        return obj
+
+    def map(self, name: str, *args) -> list:
+        return [getattr(g, name)(*args) for g in self.groups]
+
+
+class RayExecutor(Executor):
+    """Client groups in Ray actors with the configured CPU / GPU shares (fractions allowed).
+
+    An actor that dies (process killed, out of memory) is restarted by Ray (`max_restarts`). A call that
+    failed with it, or a `train` that finds its group restarted since the last round (`StaleClientStates`),
+    is made again after the group got its clients' states as of the round's start: the clients are
+    rebuilt from their data and those states, and the round completes with the same result. After
+    `actor_restarts` restarts of one actor the run stops naming its clients."""
+
+    parallel = True  # the groups train at the same time: a round's local training is the slowest group's
+
+    def __init__(self, cfg: RunConfig, groups: list[list[dict]], data_root: str):
+        import ray
+
+        super().__init__(cfg)
+        self.ray = ray
+        actor = ray.remote(ClientGroup).options(num_cpus=cfg.cpus_per_actor, num_gpus=cfg.gpus_per_actor,
+                                                max_restarts=cfg.actor_restarts, max_task_retries=0)
+        self.groups = [actor.remote(cfg, g, data_root) for g in groups]
+        self.members = [[c["id"] for c in g] for g in groups]
+        self.failures = [0] * len(groups)
+        self.limit = cfg.actor_restarts
+
+    def put(self, obj):
+        return self.ray.put(obj)  # once per round, shared by every actor
+
+    def map(self, name: str, *args) -> list:
+        refs = [getattr(g, name).remote(*args) for g in self.groups]
+        out = []
+        for i, ref in enumerate(refs):
+            recovering = None  # since when actor i is being restarted (one death, however many calls fail)
+            while True:
+                try:
+                    out.append(self.ray.get(ref))
+                    break
+                except (self.ray.exceptions.RayActorError, StaleClientStates) as e:
+                    restarting = isinstance(e, (self.ray.exceptions.ActorUnavailableError, StaleClientStates))
+                    if recovering is None or not restarting:  # a new death (ActorDiedError: Ray gave up on it)
+                        self.count_failure(i, e, name)
+                        recovering = time.monotonic()
+                    elif time.monotonic() - recovering > RESTART_TIMEOUT_S:
+                        raise ActorFailed(f"client actor {i} (clients {self.members[i]}) did not come back within "
+                                          f"{RESTART_TIMEOUT_S} s of its restart ({e}); the run stopped.") from None
+                    else:
+                        time.sleep(0.2)
+                    ref = self.resubmit(i, name, args)
+        return out
+
+    def count_failure(self, i: int, error: Exception, name: str) -> None:
+        self.failures[i] += 1
+        if isinstance(error, StaleClientStates):
+            reason = "its process was restarted since the last round"
+        else:
+            reason = f"Ray: {type(error).__name__}"  # ActorDiedError, or ActorUnavailableError while restarting
+        if self.failures[i] > self.limit:
+            raise ActorFailed(
+                f"client actor {i} (clients {self.members[i]}) died {self.failures[i]} times in this run, more than "
+                f"--actor-restarts {self.limit} allows ({reason}); the run stopped without dropping its clients. "
+                "Check the node's memory and logs, or raise --actor-restarts.") from None
+        self.notes.append(f"client actor {i} (clients {self.members[i]}) died ({reason}); Ray restarted it, its clients "
+                          f"are rebuilt from their data and their states as of the round's start and the call {name} "
+                          f"is repeated ({self.failures[i]} of {self.limit} restarts used)")
+
+    def resubmit(self, i: int, name: str, args: tuple):
+        """Actor i's clients' states as of the round's start, then the call again (one caller: in that order)."""
+        group = self.groups[i]
+        group.set_client_states.remote(self.states_of(self.members[i]), self.states_round)
+        return getattr(group, name).remote(*args)

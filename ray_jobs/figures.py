@@ -1,0 +1,94 @@
+"""Every figure of a table's report, and `make figures`: all of them again from the run folders, no training.
+
+    python -m ray_jobs.figures all [RESULTS_DIR ...]    # every table report's figures, and the demo's
+    python -m ray_jobs.figures tsne RUN_DIR [RUN_DIR]   # t-SNE of finished runs' test features, side by side
+
+The plots themselves are `benchmark.figures`'; this module knows the tables (their metric and the paper's numbers).
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from benchmark.data import DataError
+from benchmark.figures import (DEMO_RUNS, FORMATS, FigureError, demo_figures, fedproto_figures, plot_bars, plot_curves,
+                               plot_tsne)
+from benchmark.results import MODEL_FILE
+from ray_jobs.tables import METRICS, TABLES, make_target
+
+RUNS_LINE = "Runs: "  # the last line of a table report (ray_jobs.report) lists its runs
+
+
+def table_figures(table: str, run_dirs, out_dir: Path, title: str = "") -> dict:
+    """A table report's figures in out_dir: curves.{png,svg} and bars.{png,svg} beside the paper's table.
+    Returns {"curves": curve data, "bars": bar data, "files": [paths]}."""
+    out_dir = Path(out_dir)
+    if table == "fedproto":  # FedProto's Table 1: no domains, one split per n
+        return fedproto_figures(run_dirs, out_dir, title)
+    spec = TABLES[table]
+    curves = plot_curves(run_dirs, out_dir / "curves", f"{title}: accuracy over rounds (mean over seeds, band: ± std)")
+    bars = plot_bars(run_dirs, spec.paper, out_dir / "bars",
+                     f"{title}: {METRICS[spec.metric]}, ours (solid, ± std) beside the paper (hatched)", metric=spec.metric)
+    files = [out_dir / f"{n}.{f}" for n in ("curves", "bars") for f in FORMATS]
+    return {"curves": curves, "bars": bars, "files": files}
+
+
+def regenerate(results_dirs) -> list[Path]:
+    """Redraw every table report's figures (results_dir/table<N>.md -> results_dir/figures/table<N>/) from
+    the run folders it lists, and the demo's when its run folders exist. Nothing is trained."""
+    written = []
+    for results_dir in map(Path, results_dirs):
+        for md in sorted(results_dir.glob("table*.md")):
+            table = md.stem.removeprefix("table").removeprefix("-")  # table2 -> 2, table-fedapc -> fedapc
+            names = [ln[len(RUNS_LINE):].split(", ") for ln in md.read_text().splitlines() if ln.startswith(RUNS_LINE)]
+            run_dirs = [results_dir / "runs" / n for n in (names[-1] if names else [])]
+            missing = [d.name for d in run_dirs if not (d / "summary.json").is_file()]
+            head = md.read_text().splitlines()[0].lstrip("# ")
+            smoke = "smoke profile" in head
+            if not run_dirs or missing:
+                print(f"skipped {md}: {len(missing)} of {len(run_dirs)} run folders missing or incomplete "
+                      f"under {results_dir / 'runs'} (run `make {make_target(table)}{' PROFILE=smoke' if smoke else ''}` "
+                      "to make them)")
+                continue
+            title = head.split(": reproduction")[0] + (", smoke profile" if smoke else "")
+            written += table_figures(table, run_dirs, results_dir / "figures" / md.stem, title)["files"]
+    demo = [Path("results/runs") / n for n in DEMO_RUNS]
+    if all((d / MODEL_FILE).is_file() for d in demo):
+        written += demo_figures(demo, Path("results/figures/demo"))
+    return written
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m ray_jobs.figures", description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    t = sub.add_parser("tsne", help="t-SNE of finished runs' test features, side by side")
+    t.add_argument("run_dirs", nargs="+", type=Path, metavar="RUN_DIR")
+    t.add_argument("--out", type=Path, default=None,
+                   help="PNG path (an SVG is written beside it); default RUN_DIR/tsne.png, or tsne-A-vs-B.png beside the runs")
+    t.add_argument("--per-domain", type=int, default=300, help="test images per domain (of those the run evaluated)")
+    t.add_argument("--data-root", default=None, help="default: the run's data root, else the usual lookup")
+    a = sub.add_parser("all", help="redraw every figure from existing run folders (make figures)")
+    a.add_argument("results_dirs", nargs="*", type=Path, default=[Path("results"), Path("results/smoke")])
+    args = ap.parse_args(argv)
+    try:
+        if args.cmd == "tsne":
+            if args.per_domain < 2:
+                raise FigureError(f"--per-domain must be at least 2 (got {args.per_domain}).")
+            names = [d.name for d in args.run_dirs]
+            out = args.out or (args.run_dirs[0] / "tsne.png" if len(names) == 1
+                               else args.run_dirs[0].parent / f"tsne-{'-vs-'.join(names)}.png")
+            plot_tsne(args.run_dirs, out.with_suffix(""), args.per_domain, args.data_root)
+            print(f"written: {out}, {out.with_suffix('.svg')}")
+        else:
+            files = regenerate(args.results_dirs)
+            print(f"written {len(files)} figure files" + "".join(f"\n  {f}" for f in files))
+    except (FigureError, DataError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,65 @@
+"""A table's runs: its plan (every run of its method x preset rows at a profile's settings, each with its run
+folder), a part of it (`select`: some methods, seeds or datasets) and the check of the data those runs read.
+The tables themselves are data in `ray_jobs.tables`."""
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+from benchmark.data import DATASETS, DataError, check_domains_present, resolve_data_root
+from benchmark.protocols import PRESETS, ConfigError
+from ray_jobs.config import RunConfig
+from ray_jobs.tables import TABLES, make_target, report_name
+
+
+def domains_for(dataset: str, requested: list[str] | None) -> list[str]:
+    """The requested domains that belong to `dataset`; all of its domains when none do."""
+    mine = [d for d in DATASETS[dataset] if requested and d in requested]
+    return mine or list(DATASETS[dataset])
+
+
+def plan(table: str, profile: str, requested_domains: list[str] | None, results_dir: Path, data_root: str | None,
+         extra: dict | None = None) -> list[RunConfig]:
+    """Every run of the table (its data is checked by `check_data`, for the runs a sweep will make)."""
+    spec = TABLES[table]
+    root = resolve_data_root(data_root)
+    every = list(dict.fromkeys(d for ds in DATASETS.values() for d in ds))
+    unknown = sorted(set(requested_domains or []) - set(every))
+    if unknown:
+        raise ConfigError(f"unknown domain(s) {unknown}; choose from {', '.join(every)}.")
+    rows = spec.row_list()
+    dataset_of = {p: PRESETS[p]["dataset"] for _, p in rows}
+    runs = []
+    for method, preset in rows:
+        for seed in spec.seeds_for(profile):
+            cfg = RunConfig.from_preset(preset, method=method, domains=domains_for(dataset_of[preset], requested_domains),
+                                        seed=seed, data_root=str(root), wandb_group=f"{report_name(table)}-{profile}",
+                                        **{**spec.overrides(profile), **(extra or {})})
+            runs.append(dataclasses.replace(cfg, out=str(results_dir / "runs" / cfg.run_name)))
+    return runs
+
+
+def select(table: str, profile: str, runs: list[RunConfig], methods: list[str] | None = None,
+           seeds: list[int] | None = None, datasets: list[str] | None = None) -> list[RunConfig]:
+    """The planned runs of the given methods, seeds and datasets (None: all), for a sweep that runs part of a
+    table."""
+    have = {"method": list(dict.fromkeys(c.method for c in runs)), "seed": list(TABLES[table].seeds_for(profile)),
+            "dataset": list(dict.fromkeys(c.dataset for c in runs))}
+    for key, asked in (("method", methods), ("seed", seeds), ("dataset", datasets)):
+        bad = [a for a in asked or [] if a not in have[key]]
+        if bad:
+            raise ConfigError(f"{key}(s) {bad} not in table {table} at the {profile} profile; choose from "
+                              f"{', '.join(map(str, have[key]))}.")
+    return [c for c in runs if (not methods or c.method in methods) and (not seeds or c.seed in seeds)
+            and (not datasets or c.dataset in datasets)]
+
+
+def check_data(runs: list[RunConfig], table: str) -> None:
+    """Stop before any run when a domain that one of `runs` reads is absent or corrupt in the data root; the
+    data of runs the sweep does not make (other datasets, other domains) is not read."""
+    for (ds, root), doms in {(c.dataset, c.data_root): tuple(c.domains) for c in runs}.items():
+        try:
+            check_domains_present(Path(root), ds, list(doms))
+        except DataError as e:
+            raise DataError(f"{e} The sweep started no run. To go on without a domain, name the ones to use, "
+                            f"for example DOMAINS={','.join(d for d in doms if d != 'svhn')} make {make_target(table)}.") from None

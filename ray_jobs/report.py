@@ -1,0 +1,231 @@
+"""A table's report beside the paper: results/table<N>.md and .csv, its figures and its W&B report run.
+
+Per method and domain our mean ± std over seeds of the table's metric, the paper's value and the difference, the AVG,
+the change against FedAvg beside the paper's, the rank order, rows not run, and for each cell more than 2 points from
+the paper what we know of why (`gap_note`). FedProto's Table 1 has its own report (`ray_jobs.report_fedproto`).
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from benchmark import paper
+from benchmark.data import DATASETS, STAND_INS
+from benchmark.provenance import commit_label, hardware_label
+from benchmark.results import atomic_write, read_jsonl, read_summary, run_complete, wandb_mode
+from ray_jobs.config import RunConfig
+from ray_jobs.figures import RUNS_LINE, table_figures
+from ray_jobs.run import RunError
+from ray_jobs.tables import GAP_NOTES, METRICS, TABLES, make_target, report_name
+
+FLAG_POINTS = 2.0
+MB = 1e6
+# why a dataset's planned runs may be missing from a report
+NOT_RUN_WHY = {"digits": "FPL's Digits protocol is about 40 h a run on a 2-core CPU: GPU work (README, GPU runbook)"}
+
+
+def gap_note(table: str, dataset: str, method: str, domain: str, diff: float, std: float, seeds: int,
+             planned_seeds: int, test_size: int | None) -> str:
+    """What we know of why a cell is far from the paper: the notes of `GAP_NOTES` (most specific first), our seed
+    spread when the gap is within two of its standard deviations, fewer seeds than planned, a test set so small
+    that one image moves the accuracy by a point or more; or that we do not know."""
+    notes = [n for key in ((table, dataset, method, domain), (table, dataset, "*", domain), (table, dataset, method, "*"),
+                           (table, dataset, "*", "*"), ("*", dataset, "*", domain), ("*", dataset, "*", "*"))
+             for n in [GAP_NOTES.get(key)] if n]
+    if seeds > 1 and abs(diff) <= 2 * std:
+        notes.append(f"within two standard deviations of our seeds (± {std:.2f})")
+    if seeds < planned_seeds:
+        notes.append(f"{seeds} of {planned_seeds} seeds run (a seed's spread here can exceed the gap)")
+    if test_size and 100 / test_size >= 1:
+        notes.append(f"its test set is {test_size} images (one image is {100 / test_size:.1f} points)")
+    return "; ".join(dict.fromkeys(notes)) or "not known"
+
+
+def collect(runs: list[RunConfig], metric: str = "last5") -> pd.DataFrame:
+    """One row per (method, dataset, domain): mean and std over seeds of the accuracy by `metric`."""
+    rows = []
+    for cfg in runs:
+        s = read_summary(Path(cfg.out))
+        comm = s.get("communication", {}).get("per_client_per_round", {})
+        for dom, acc in s[metric].items():
+            rows.append({"method": cfg.method, "dataset": cfg.dataset, "domain": dom, "seed": cfg.seed, "acc": acc,
+                         "up_bytes": comm.get("up_bytes", np.nan), "down_bytes": comm.get("down_bytes", np.nan)})
+    df = pd.DataFrame(rows)
+    return df.groupby(["method", "dataset", "domain"], sort=False).agg(
+        ours=("acc", "mean"), std=("acc", "std"), seeds=("acc", "count"), up_bytes=("up_bytes", "mean"),
+        down_bytes=("down_bytes", "mean")).reset_index()
+
+
+def setting_line(cfg: RunConfig, domains: list[str], done: list[RunConfig] = ()) -> str:
+    """A report's line on a dataset's runs: their protocol, the evaluation schedule the complete runs `done` used
+    (from their config.json), and which of `domains` (those run) are stand-ins for the paper's data."""
+    schedules = sorted({json.loads((Path(c.out) / "config.json").read_text()).get("eval_every", 1) for c in done})
+    evaluated = " or ".join("every round" if k == 1 else f"every {k}th round and the last 5" for k in schedules)
+    return (f"Preset {cfg.preset}: {cfg.rounds} rounds x {cfg.local_epochs} local epochs, batch {cfg.batch_size}, "
+            f"lr {cfg.lr:g}, momentum {cfg.momentum:g}, client fraction {cfg.client_fraction:g}"
+            + (f", test sets capped at {cfg.eval_max}" if cfg.eval_max else "")
+            + (f"; tested after {evaluated}" if evaluated else "") + "."
+            + "".join(f" {d}: {note}." for d, note in STAND_INS.get(cfg.dataset, {}).items() if d in domains))
+
+
+def report(table: str, profile: str, runs: list[RunConfig], results_dir: Path) -> pd.DataFrame:
+    """results_dir/table<N>.md and .csv (`report_name`): ours (mean, std over seeds) beside the paper,
+    differences, change against FedAvg, rank order, and where the table asks, what a client uploads and
+    receives per round; rows more than 2 points from the paper flagged."""
+    spec = TABLES[table]
+    name, comm = report_name(table), spec.communication
+    every, runs = runs, [c for c in runs if run_complete(c)]  # a partial sweep: those run
+    planned = len(every)
+    if not runs:
+        raise RunError(f"no complete run of table {table} to report; run its sweep first ({make_target(table)}).")
+    agg = collect(runs, spec.metric)
+    ref = spec.paper
+    lines, csv_rows = [], []
+    dropped = {c.dataset: c.dropped_domains for c in every if c.dropped_domains}
+    title = f"# {spec.title}: reproduction ({profile} profile"
+    title += ", SMOKE SETTINGS: not comparable to the paper)" if profile == "smoke" else ")"
+    if dropped:
+        title += " — without " + ", ".join(f"{d} ({ds})" for ds, ds_d in dropped.items() for d in ds_d)
+    if len(runs) < planned:
+        title += f" — PARTIAL: {len(runs)} of its {planned} runs"
+    seeds_note = (f"Seeds {list(spec.seeds_for(profile))}" if len(runs) == planned else
+                  f"Seeds {list(spec.seeds_for(profile))} planned, not all run: a row is over the seeds it has, "
+                  "marked (n seeds) when fewer")
+    lines += [title, "", f"{seeds_note}; accuracy (%) of the evaluated model, "
+              f"{METRICS[spec.metric]}; mean ± std over seeds (paper value, ours - paper). "
+              f"⚠ = a compared cell more than {FLAG_POINTS:g} points from the paper."
+              + (" Up / down MB: what one client uploads / receives per round (weights and prototypes; mean over "
+                 "clients, rounds and seeds)." if comm else ""), ""]
+    for ds in dict.fromkeys(c.dataset for c in every):
+        doms = list(DATASETS[ds])
+        kept = [d for d in doms if d not in dropped.get(ds, [])]
+        methods = list(dict.fromkeys(c.method for c in runs if c.dataset == ds))
+        not_run = [m for m in dict.fromkeys(c.method for c in every if c.dataset == ds) if m not in methods]
+        c0 = next(c for c in every if c.dataset == ds)
+        setting = setting_line(c0, kept, [c for c in runs if c.dataset == ds])
+        sub = agg[agg.dataset == ds].set_index(["method", "domain"])
+        avg_label = "AVG" if len(kept) == len(doms) else f"AVG of {len(kept)}"
+        header = ["method", *doms, avg_label, "Δ FedAvg (paper)", "rank (paper)", *(["up MB", "down MB"] if comm else []),
+                  "flag"]
+        body = []
+        # the paper's AVG when every domain ran, else the mean of its values on the domains that ran
+        refs = {m: paper.reference(ref, m, ds, kept, doms) for m in [*methods, *not_run, *spec.not_implemented]}
+        paper_avg = {m: r["AVG"] for m, r in refs.items() if r and m in methods}
+        our_avg = {m: float(sub.loc[(m, "AVG"), "ours"]) for m in methods}
+        order = sorted(methods, key=lambda m: -our_avg[m])
+        paper_order = sorted(paper_avg, key=lambda m: -paper_avg[m])
+        flagged = []  # (method, domain, ours - paper, seeds) of the cells more than FLAG_POINTS from the paper
+        for m in methods:
+            n_seeds = int(sub.loc[(m, "AVG"), "seeds"])
+            cells, flag = [m if n_seeds == len(spec.seeds_for(profile)) else f"{m} ({n_seeds} seed{'s' * (n_seeds > 1)})"], False
+            for d in doms + ["AVG"]:
+                if d in dropped.get(ds, []):
+                    cells.append("not run")
+                    continue
+                ours, std = sub.loc[(m, d), "ours"], sub.loc[(m, d), "std"]
+                pv = (refs[m] or {}).get(d)
+                diff = None if pv is None else ours - pv
+                flag |= diff is not None and abs(diff) > FLAG_POINTS
+                if diff is not None and abs(diff) > FLAG_POINTS:
+                    flagged.append((m, d, diff, 0.0 if np.isnan(std) else float(std), n_seeds))
+                std_s = "" if np.isnan(std) else f" ± {std:.2f}"
+                cells.append(f"{ours:.2f}{std_s}" + ("" if pv is None else f" ({pv:.2f}, {diff:+.2f})"))
+                csv_rows.append({"table": table, "profile": profile, "dataset": ds, "method": m,
+                                 "domain": d if d != "AVG" else avg_label, "ours_mean": round(float(ours), 4),
+                                 "ours_std": None if np.isnan(std) else round(float(std), 4),
+                                 "seeds": int(sub.loc[(m, d), "seeds"]), "paper": pv,
+                                 "diff": None if diff is None else round(float(diff), 4),
+                                 "flag": diff is not None and abs(diff) > FLAG_POINTS,
+                                 **({"up_bytes": sub.loc[(m, d), "up_bytes"], "down_bytes": sub.loc[(m, d), "down_bytes"]}
+                                    if comm else {})})
+            if "fedavg" in our_avg:
+                pd_ = f"{paper_avg[m] - paper_avg['fedavg']:+.2f}" if m in paper_avg and "fedavg" in paper_avg else "–"
+                cells.append(f"{our_avg[m] - our_avg['fedavg']:+.2f} ({pd_})")
+            else:
+                cells.append("–")
+            cells.append(f"{order.index(m) + 1} ({paper_order.index(m) + 1 if m in paper_order else '–'})")
+            if comm:
+                cells += [f"{sub.loc[(m, 'AVG'), k] / MB:.3f}" for k in ("up_bytes", "down_bytes")]
+            cells.append("⚠" if flag else "")
+            body.append(cells)
+        for label, ms in (("not run", not_run), ("not implemented", spec.not_implemented)):  # the paper's row only
+            for m in ms:
+                pv = refs[m] or {}
+                body.append([f"{m} ({label})", *("not run" if d not in kept else f"– ({pv[d]:.2f})" if d in pv else "–"
+                                                 for d in doms),
+                             f"– ({pv['AVG']:.2f})" if "AVG" in pv else "–", "–", "–", *(["–", "–"] if comm else []), ""])
+        lines += [f"## {ds}" + (f" (without {', '.join(dropped[ds])}; compared on the remaining domains)" if ds in dropped else ""), "",
+                  setting, "", "| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+        lines += ["| " + " | ".join(str(c) for c in row) + " |" for row in body]
+        if not_run:
+            lines += ["", f"Not run yet: {', '.join(not_run)} ({NOT_RUN_WHY.get(ds, 'run its sweep to fill them')})."]
+        if flagged:
+            lines += ["", f"Cells more than {FLAG_POINTS:g} points from the paper, and what we know of why:", ""]
+            sizes = json.loads((Path(next(c for c in runs if c.dataset == ds).out) / "config.json").read_text())["test_sizes"]
+            lines += [f"- {m}, {d} ({diff:+.2f}): "
+                      + gap_note(table, ds, m, d, diff, std, n_seeds, len(spec.seeds_for(profile)), sizes.get(d))
+                      for m, d, diff, std, n_seeds in flagged]
+        only_avg = {m: ref[m][ds]["AVG"] for m in methods if refs[m] is None and ds in ref.get(m, {})}
+        if only_avg:  # the paper's AVG is over all of the dataset's domains: not compared with fewer
+            lines += ["", "The paper gives only an AVG over all of its domains here (" + ", ".join(
+                f"{m} {v:.2f}" for m, v in only_avg.items()) + "); not compared with an AVG over fewer domains."]
+        if spec.prototypes_received:
+            lines += ["", "Prototypes each client receives per round (mean over the rounds that send them and over "
+                      "seeds; the paper's Table 4 beside it):", "", "| method | prototypes received | paper |", "|---|---|---|"]
+            for m in methods:
+                got = [prototypes_received(Path(c.out)) for c in runs if c.dataset == ds and c.method == m]
+                pv = paper.FEDPLVM_TABLE4_PROTOTYPES.get(m)
+                lines.append(f"| {m} | {np.mean(got):.2f} | {'–' if pv is None else f'{pv:.2f}'} |")
+        if table == "3" and ds == "office_caltech" and {"fpl_cpcl_only", "fpl_cpcl_global"} <= set(our_avg):
+            gap = our_avg["fpl_cpcl_only"] - our_avg["fpl_cpcl_global"]
+            lines += ["", f"Fig. 5 (CPCL only, cluster minus global prototypes, AVG): ours {gap:+.2f}, "
+                      f"paper {paper.FIG5_CLUSTER_MINUS_GLOBAL_AVG:+.2f}."]
+        lines.append("")
+    fig_dir = results_dir / "figures" / name
+    figs = table_figures(table, [Path(c.out) for c in runs], fig_dir, f"{spec.title}, {profile} profile")
+    rel = f"figures/{name}"
+    lines += [f"Figures: accuracy over rounds per method, mean over seeds with a ± std band ([SVG]({rel}/curves.svg)); "
+              f"per-domain accuracy ({METRICS[spec.metric]}) beside the paper's ([SVG]({rel}/bars.svg)).", "",
+              f"![accuracy over rounds]({rel}/curves.png)", "", f"![per-domain accuracy beside the paper]({rel}/bars.png)", ""]
+    lines += [RUNS_LINE + ", ".join(sorted({c.run_name for c in runs})), ""]
+    provs = [json.loads((Path(c.out) / "config.json").read_text()).get("provenance") for c in runs]
+    lines += [f"Code: commit {' | '.join(sorted({commit_label(p) for p in provs}))}. "
+              f"Hardware: {' | '.join(sorted({hardware_label(p) for p in provs}))}.", ""]
+    results_dir.mkdir(parents=True, exist_ok=True)
+    atomic_write(results_dir / f"{name}.md", "\n".join(lines))
+    df = pd.DataFrame(csv_rows)
+    atomic_write(results_dir / f"{name}.csv", df.to_csv(index=False))
+    log_wandb(table, profile, df, figs)
+    return df
+
+
+def log_wandb(table: str, profile: str, df: pd.DataFrame, figs: dict) -> None:
+    """The sweep's report run in the sweep's group: the report as a table, a line chart of AVG per round per
+    method for each dataset, and the figures."""
+    mode = wandb_mode()
+    if mode == "disabled":
+        return
+    import wandb
+
+    name = report_name(table)
+    run = wandb.init(project="fedproto-bench", group=f"{name}-{profile}", name=f"{name}-{profile}-report",
+                     mode=mode, job_type="report", reinit="create_new")
+    curves = figs["curves"][figs["curves"].domain == "AVG"]
+    charts = {}
+    for ds, sub in curves.groupby("dataset", sort=False):
+        lines = {m: g.sort_values("round") for m, g in sub.groupby("method", sort=False)}
+        charts[f"avg_per_round/{ds}"] = wandb.plot.line_series(
+            xs=[g["round"].tolist() for g in lines.values()], ys=[g["mean"].tolist() for g in lines.values()],
+            keys=list(lines), title=f"{ds}: AVG accuracy per round (mean over seeds)", xname="round")
+    images = {f"figures/{p.stem}": wandb.Image(str(p)) for p in figs["files"] if p.suffix == ".png"}
+    run.log({name: wandb.Table(dataframe=df), **charts, **images})
+    run.finish()
+
+
+def prototypes_received(run_dir: Path) -> float:
+    """A run's prototypes per client per round, over the rounds whose clients received some (round 0: none)."""
+    counts = [r["prototypes_received"] for r in read_jsonl(run_dir / "metrics.jsonl") if r.get("prototypes_received")]
+    return float(np.mean(counts)) if counts else 0.0
