@@ -44,7 +44,7 @@ data: $(STAMP)
 ## a paper table (ray_jobs/tables.py): make table2 -> --table 2, make table-fedplvm -> --table fedplvm (FedPLVM's
 ## Tables 1-5: the group fedplvm12, fedplvm3, fedplvm4, fedplvm5);
 ## EXECUTOR=local: one process, one run after another, no Ray needed; ENGINE=sequential|fused|auto;
-## PRECISION=32-true|bf16-mixed; CHECKPOINT_EVERY=10: each run's checkpoint every 10 rounds (README, Reliability);
+## PRECISION=32-true|bf16-mixed; CHECKPOINT_EVERY=10: each run's checkpoint every 10 rounds (docs/reliability.md);
 ## ACTOR_RESTARTS=0: a dying client actor stops its run (resumed by the next sweep), and actors send their clients'
 ## states (MOON, FedDyn) only for checkpoints, not every round;
 ## EVAL_EVERY=K: test every K-th round and the last 5 (default: the table's schedule, every 5th at full);

@@ -55,7 +55,7 @@ DATASETS: dict[str, dict[str, tuple[str, str | None]]] = {
 # dataset -> domain -> what our archive is when it is not the paper's dataset (table reports print it)
 STAND_INS: dict[str, dict[str, str]] = {
     "digit5": {"syn": "FPL's SYN (Roy et al. 2018, digits over natural-image backgrounds) stands in for FedPLVM's "
-                      "SynthDigits (Ganin's SynNumbers, not available offline): not the paper's images (README deviation 19)"},
+                      "SynthDigits (Ganin's SynNumbers, not available offline): not the paper's images (docs/deviations.md, 19)"},
 }
 NUM_CLASSES = 10
 IMAGE_SIZE = 32
@@ -67,9 +67,9 @@ HOW_TO_GET = {
         "run `make data` on a machine with internet (torchvision downloads the full SVHN); "
         "offline, pass --domains without svhn (for example --domains mnist,usps,syn)"
     ),
-    "digits/syn": "copy it from ../shared/data (SYN digits, Roy et al. 2018; see README, Data)",
-    "digits/mnistm": "copy it from ../shared/data (MNIST-M; see README, Data)",
-    "office_caltech10/": "copy it from ../shared/data (Office-Caltech-10; see README, Data)",
+    "digits/syn": "copy it from ../shared/data (SYN digits, Roy et al. 2018; see docs/running.md, Data)",
+    "digits/mnistm": "copy it from ../shared/data (MNIST-M; see docs/running.md, Data)",
+    "office_caltech10/": "copy it from ../shared/data (Office-Caltech-10; see docs/running.md, Data)",
 }
 
 
@@ -81,7 +81,7 @@ def _how_to_get(stem: str) -> str:
     for prefix, how in HOW_TO_GET.items():
         if stem.startswith(prefix):
             return how
-    return "see README, Data"
+    return "see docs/running.md, Data"
 
 
 def resolve_data_root(cli_value: str | None = None) -> Path:
@@ -217,7 +217,7 @@ def shuffled_split(labels: np.ndarray, test_size: float = 0.2, seed: int = 0) ->
     """A stratified shuffled train/test split, both in shuffled order (scikit-learn's StratifiedShuffleSplit, one
     fixed draw whatever the run's seed): FedPLVM's Office-10 reads FedBN's per-domain train and test files, an
     about 4:1 split that is not by file order; its clients then take the first 10 of each class of the train file,
-    so of the shuffled order here (README deviation 28)."""
+    so of the shuffled order here (docs/deviations.md, 29)."""
     from sklearn.model_selection import StratifiedShuffleSplit
 
     return next(StratifiedShuffleSplit(n_splits=1, test_size=test_size, random_state=seed).split(labels, labels))

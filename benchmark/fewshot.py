@@ -6,7 +6,7 @@ ways + stdev + 1)) and its samples per class k ~ randint(shots - stdev + 1, shot
 (upper bounds exclusive, as numpy's randint), then n classes at random; it takes k training
 samples and `test_shots` test samples of each of its classes. No sample goes to two clients:
 each class's samples are taken in a seeded random order, each client the next ones. (The
-official code takes slot i of the label-sorted indices instead; same distribution, README.)
+official code takes slot i of the label-sorted indices instead; same distribution, docs/fedproto.md.)
 """
 from __future__ import annotations
 

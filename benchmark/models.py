@@ -67,7 +67,7 @@ class ResNet10(nn.Module):
 class ResNet10PLVM(ResNet10):
     """FedPLVM's resnet10 (its models/resnet.py, for 64x64 inputs): the same stages on a conv5x5 stride-2
     padding-1 stem and a 3x3 stride-2 max-pool; convolutions Kaiming-normal (fan_out) initialised as
-    there. Its two unused heads (fc1, fc2) are left out (README deviations)."""
+    there. Its two unused heads (fc1, fc2) are left out (docs/deviations.md)."""
 
     def __init__(self, num_classes: int = 10):
         super().__init__(num_classes)

@@ -80,7 +80,7 @@ _FPL = dict(rounds=100, local_epochs=10, batch_size=64, lr=0.01, momentum=0.9, w
 _FEDPLVM = dict(local_epochs=2, batch_size=32, lr=0.01, momentum=0.5, weight_decay=1e-5, drop_last=True,
                 aggregation="uniform", client_init="own")
 # FedAPC states its 8-client split, batch 32, lr 0.01 and 100 rounds; momentum, weight decay and local epochs
-# are RethinkFL's, whose data protocol it uses (README, FedAPC)
+# are RethinkFL's, whose data protocol it uses (docs/fedapc.md)
 _FEDAPC = dict(split="fedapc", rounds=100, local_epochs=10, batch_size=32, lr=0.01, momentum=0.9, weight_decay=1e-5)
 PRESETS: dict[str, dict] = {
     "fpl-digits": dict(dataset="digits", **_FPL),  # FPL (CVPR 2023), PROTOCOL.md section 1

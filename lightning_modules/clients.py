@@ -26,7 +26,7 @@ Engines (`engine` in the config): `sequential` trains the clients one after
 another with `fit_local`; `fused` trains the clients of equal size (equal step
 counts) together as one batched computation with `fit_fused` (a client of a
 size no other client of the group has trains alone, with `fit_local`). Both give
-the same training; `auto` picks sequential on the CPU, fused on CUDA (README). Fused subgroups share
+the same training; `auto` picks sequential on the CPU, fused on CUDA (docs/speed.md). Fused subgroups share
 an architecture.
 """
 from __future__ import annotations

@@ -9,7 +9,7 @@ there: CE + alpha_k <w, h_k - w_sent> + ((alpha_k + weight decay) / 2) ||w||^2, 
 quadratic term through SGD's weight decay; h_k, the client's state (0 at first),
 accumulates w_k - w_sent after each round. This is the paper's
 CE - <g_k, w> + (alpha_k / 2) ||w - w_sent||^2 with g_k = -alpha_k h_k, up to a constant.
-SGD keeps the protocol's momentum 0.9; no gradient clipping (README deviation 9).
+SGD keeps the protocol's momentum 0.9; no gradient clipping (docs/deviations.md, 9).
 h_k is held in buffers `h_<i>` (one per parameter) so that the fused engine gives every
 client its own; alpha_k is a plain attribute, the same for the clients the fused engine
 trains together (they have the same size, hence the same share).

@@ -4,7 +4,7 @@ Sashank J. Reddi, Zachary Charles, Manzil Zaheer, Zachary Garrett, Keith Rush, J
 Sanjiv Kumar, H. Brendan McMahan. "Adaptive Federated Optimization." ICLR 2021.
 
 Server: SGD with momentum on the pseudo-gradient w_global - mean(w_clients) of the
-parameters; BatchNorm buffers take the mean (README deviation 10). The mean is
+parameters; BatchNorm buffers take the mean (docs/deviations.md, 10). The mean is
 unweighted over clients like RethinkFL's and MarsFL's `mean(dim=0)` (`weighting=uniform`,
 the default), or sample-weighted (`weighting=samples`).
 """

@@ -17,7 +17,7 @@ The paper's ablations are hyperparameters and registry variants:
 `local_protos` cluster | mean and `global_protos` cluster | mean (Table 3),
 `global_protos` all: every local clustered prototype sent, no global clustering
 (Table 4), `contrast` / `correction` on or off (Table 5); `correction_form` code |
-paper picks the correction term (README deviations).
+paper picks the correction term (docs/deviations.md).
 """
 from __future__ import annotations
 

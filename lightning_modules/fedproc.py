@@ -6,7 +6,7 @@ arXiv:2109.12273, 2021 (Future Generation Computer Systems 143, 2023).
 
 L_con is a cosine InfoNCE with temperature 1 between the feature and the global (mean)
 prototypes of all classes, the sample's own class the positive; a = 1 - r / (R - 1) in
-round r of R (0 when R = 1). Round 0 has no prototypes: CE alone (README deviation 11;
+round r of R (0 when R = 1). Round 0 has no prototypes: CE alone (docs/deviations.md, 11;
 the official code trains nothing there). The server averages the weights (FedAvg).
 """
 from __future__ import annotations

@@ -8,7 +8,7 @@ The server averages the weights (FedAvg) and sends the global prototypes: per cl
 the unweighted mean of the clients' local prototypes. The MSE to a class prototype is
 the same term as FPL's UPCR, against these plain means instead of the unbiased ones.
 `double_forward=true` (default): BatchNorm running statistics move twice per step, as
-with the reference's two forward passes (`bn_updates_per_step`; README deviation 18).
+with the reference's two forward passes (`bn_updates_per_step`; docs/deviations.md, 18).
 """
 from __future__ import annotations
 

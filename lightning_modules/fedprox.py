@@ -4,7 +4,7 @@
 Tian Li, Anit Kumar Sahu, Manzil Zaheer, Maziar Sanjabi, Ameet Talwalkar, Virginia Smith.
 "Federated Optimization in Heterogeneous Networks." MLSys 2020 (arXiv:1812.06127).
 
-mu = 0.01 as stated (README deviation 8).
+mu = 0.01 as stated (docs/deviations.md, 8).
 """
 from __future__ import annotations
 

@@ -6,7 +6,7 @@ Domain Shift: A Prototype View." CVPR 2023, pp. 16312-16322.
 Client: CE + mean over the batch of (CPCL + UPCR); round 0 has no prototypes and
 trains CE alone. Server: FedAvg of the weights; per class, FINCH over the clients'
 prototypes gives the cluster prototypes, whose mean is the unbiased prototype
-(README deviations 5, 6). The ablation switches of the paper are hyperparameters:
+(docs/deviations.md, 5, 6). The ablation switches of the paper are hyperparameters:
 `cpcl`, `upcr` (Table 1), `upcr_target` unbiased | global (Table 3) and `cpcl_protos`
 cluster | global (Fig. 5); the ablations are registry variants of FPL.
 """

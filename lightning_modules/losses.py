@@ -81,7 +81,7 @@ def prototype_infonce(z: torch.Tensor, y: torch.Tensor, global_protos: torch.Ten
     return per_sample.sum() / len(y)
 
 
-COS_EPS = 1e-6  # FedPLVM: cosines are clamped here before the power alpha (d/ds s^alpha is infinite at 0; README dev.)
+COS_EPS = 1e-6  # FedPLVM: cosines are clamped here before the power alpha (d/ds s^alpha is infinite at 0; docs/deviations.md)
 
 
 def _alpha_similarity(features: torch.Tensor, prototypes: torch.Tensor, alpha: float) -> torch.Tensor:

@@ -7,7 +7,7 @@ Client: CE + mu * model-contrastive loss on the 512-d features, the positive pai
 (z, z_global), the negative (z, z_previous), cosine similarity over temperature. The
 global model and the client's previous local model are frozen copies (no gradient); the
 previous model is this client's state, kept across rounds. As in RethinkFL's `moon.py`
-(the defaults; README deviation 12):
+(the defaults; docs/deviations.md, 12):
 - `frozen_mode=train`: the frozen models run in training mode, their BatchNorm on batch
   statistics (their running statistics, never aggregated, are not updated:
   `track_running_stats` off); `eval` runs them on running statistics.
@@ -16,7 +16,7 @@ previous model is this client's state, kept across rounds. As in RethinkFL's `mo
   term is active from round 0; `global` uses the round's starting model, which makes the
   round-0 term a constant.
 - `double_forward=true`: BatchNorm running statistics move twice per step, as with the
-  reference's two forward passes (`bn_updates_per_step`; README deviation 18).
+  reference's two forward passes (`bn_updates_per_step`; docs/deviations.md, 18).
 The global model is the same for every client of a round (`shared_state`: the fused
 engine keeps one copy of it for all clients), the previous model is each client's own.
 """

@@ -5,7 +5,7 @@ Hyperparameter defaults are PROTOCOL.md's; each is overridable on the command li
 (`--hp name=value`), reaches the client module and the server rule as `hparams`, and is
 recorded in config.json. A paper's ablations are named variants of its method: the same client
 module and server rule, other switches; `register` marks them (`variant_of`, the method
-registered first with that pair), and tables of every method, `make table-all`, leave them out. "dev. N" is README's deviation N.
+registered first with that pair), and tables of every method, `make table-all`, leave them out. "dev. N" is deviation N of docs/deviations.md.
 """
 from __future__ import annotations
 
@@ -252,7 +252,7 @@ def _check_fedapc(hp):
         raise HyperparameterError(f"n_views must be an integer >= 1 (got {v!r}).")
 
 
-FEDAPC_DEFAULTS = dict(  # the paper states none of these; README, FedAPC, gives the reasons
+FEDAPC_DEFAULTS = dict(  # the paper states none of these; docs/fedapc.md gives the reasons
     n_views=4,  # augmented views averaged per image for its prototype feature (Eq. 2)
     tau=0.02,  # temperature of L_APC, CPCL's (FPL's code) since L_APC is CPCL's form
     augment=True,  # Table II: False = prototypes from the un-augmented images (one view)

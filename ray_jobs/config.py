@@ -55,8 +55,8 @@ class RunConfig:
     driver_cpus: float = 1.0
     driver_gpus: float = 0.0
     device: str = "auto"  # auto: cuda when the process sees a GPU
-    actor_restarts: int = 3  # restarts of one client actor in a run before the run stops (README, Reliability)
-    checkpoint_every: int = 1  # rounds between the run folder's checkpoints (README, Reliability)
+    actor_restarts: int = 3  # restarts of one client actor in a run before the run stops (docs/reliability.md)
+    checkpoint_every: int = 1  # rounds between the run folder's checkpoints (docs/reliability.md)
     engine: str = "auto"  # client training: sequential | fused | auto (sequential on CPU, fused on CUDA)
     precision: str = "32-true"  # 32-true | bf16-mixed (autocast for training and evaluation)
     data_root: str | None = None

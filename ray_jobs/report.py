@@ -24,7 +24,7 @@ from ray_jobs.tables import GAP_NOTES, METRICS, TABLES, make_target, report_name
 FLAG_POINTS = 2.0
 MB = 1e6
 # why a dataset's planned runs may be missing from a report
-NOT_RUN_WHY = {"digits": "FPL's Digits protocol is about 40 h a run on a 2-core CPU: GPU work (README, GPU runbook)"}
+NOT_RUN_WHY = {"digits": "FPL's Digits protocol is about 40 h a run on a 2-core CPU: GPU work (docs/running.md, GPU runbook)"}
 
 
 def gap_note(table: str, dataset: str, method: str, domain: str, diff: float, std: float, seeds: int,

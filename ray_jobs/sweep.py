@@ -106,7 +106,7 @@ def main(argv: list[str] | None = None) -> int:
                     help="rounds between each run's checkpoints (a resume redoes at most N-1 rounds)")
     ap.add_argument("--actor-restarts", type=int, default=3,
                     help="restarts of one client actor before its run stops; 0: a run's actors send their clients' "
-                         "states only for its checkpoints, not every round (README, Reliability)")
+                         "states only for its checkpoints, not every round (docs/reliability.md)")
     args = ap.parse_args(argv)
     results_dir = Path(args.results_dir or ("results" if args.profile == "full" else "results/smoke"))
     extra = {"executor": args.executor, "engine": args.engine, "precision": args.precision,

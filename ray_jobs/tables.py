@@ -106,11 +106,11 @@ GAP_NOTES: dict[tuple[str, str, str, str], str] = {
     ("*", "digits", "*", "syn"): "our Digits run without SVHN (offline data): its 3 clients, the colour digits nearest "
                                  "to SYN, are dropped; see docs/gaps.md",
     ("*", "digits", "*", "AVG"): "the AVG over the domains run carries SYN's gap",
-    ("*", "digit5", "*", "syn"): "our SYN is FPL's SYN, a stand-in for FedPLVM's SynthDigits (README deviation 19)",
+    ("*", "digit5", "*", "syn"): "our SYN is FPL's SYN, a stand-in for FedPLVM's SynthDigits (docs/deviations.md, 19)",
     ("*", "digit5", "*", "AVG"): "the paper's AVG over five domains is compared as the mean of its values on the "
                                  "four we run (no SVHN offline)",
     ("*", "office10", "*", "*"): "FedPLVM's Office-10 files (FedBN's) are not available: ours is a stratified "
-                                 "shuffled 80/20 split (README deviation 28); with 10 images a class, which 10 moves "
+                                 "shuffled 80/20 split (docs/deviations.md, 29); with 10 images a class, which 10 moves "
                                  "Webcam by about 7 points (../shared/NOTES.md)",
     ("*", "office10", "*", "dslr"): "DSLR's test set is 32 images: one image is 3.1 points",
 }
