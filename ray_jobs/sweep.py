@@ -523,10 +523,15 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--actor-restarts", type=int, default=3,
                     help="restarts of one client actor before its run stops; 0: a run's actors send their clients' "
                          "states only for its checkpoints, not every round (README, Reliability)")
+    ap.add_argument("--gpus-per-actor", type=float, default=0.0,
+                    help="Ray: each run's client actors' GPU share (fractions share a GPU: 0.1 puts several runs on "
+                         "one); not part of a run's protocol")
+    ap.add_argument("--driver-gpus", type=float, default=0.0, help="Ray: each run's driver's GPU share (it evaluates)")
     args = ap.parse_args(argv)
     results_dir = Path(args.results_dir or ("results" if args.profile == "full" else "results/smoke"))
     extra = {"executor": args.executor, "engine": args.engine, "precision": args.precision,
              "checkpoint_every": args.checkpoint_every, "actor_restarts": args.actor_restarts,
+             "gpus_per_actor": args.gpus_per_actor, "driver_gpus": args.driver_gpus,
              **({} if args.eval_every is None else {"eval_every": args.eval_every})}
     tables = GROUPS.get(args.table, (args.table,))
     try:

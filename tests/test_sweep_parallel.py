@@ -68,6 +68,11 @@ def test_parallel_2_gives_the_numbers_of_one_run_at_a_time_with_both_in_flight(d
     assert main([*args, "--results-dir", str(tmp_path / "two"), "--parallel", "0"]) == 2
     err = capsys.readouterr().err
     assert err.strip() == "error: --parallel takes a number of runs at once, 1 or more (got 0)."
+    # GPU shares (Ray's: `make table2 GPUS_PER_ACTOR=0.1 DRIVER_GPUS=0.1`) are no part of a run's protocol
+    assert main([*args, "--results-dir", str(tmp_path / "two"), "--gpus-per-actor", "0.1", "--driver-gpus", "0.1"]) == 0
+    assert "2 of 2 runs already complete; running 0\n" in capsys.readouterr().out
+    assert main([*args, "--results-dir", str(tmp_path / "two"), "--gpus-per-actor", "nan"]) == 2
+    assert capsys.readouterr().err.strip() == "error: gpus-per-actor must be a finite number, 0 or more (got nan)."
 
 
 SMALL = dict(dataset="office_caltech", local_epochs=1, client_fraction=0.05, eval_max=50, executor="local")
