@@ -250,9 +250,9 @@ def run_in_workers(todo: list[RunConfig], parallel: int, progress: SweepProgress
             receiver.close()
         progress.close()
         names = ", ".join(cfg.run_name for cfg, _ in running.values())
-        raise RunError(f"interrupted (Ctrl-C): stopped {len(running)} running run(s) ({names}) and started none of "
-                       f"the {len(waiting)} waiting; run folders keep their checkpoints. To continue, "
-                       f"{RESUME_HINT}.") from None
+        raise RunError(f"interrupted (Ctrl-C): stopped {len(running)} running run(s) ({names})"
+                       + (f", {len(waiting)} not started" if waiting else "")
+                       + f"; their folders keep their checkpoints. To continue, {RESUME_HINT}.") from None
     return failed
 
 

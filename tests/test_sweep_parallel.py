@@ -124,9 +124,8 @@ def test_ctrl_c_stops_every_worker_and_the_same_sweep_resumes_their_runs(data_ro
     out, err = sweep.communicate(timeout=120)
     assert sweep.returncode == 2, err
     assert err.strip().splitlines()[-1] == (
-        "error: interrupted (Ctrl-C): stopped 2 running run(s) (fedavg, fedprox) and started none of the 0 waiting; "
-        "run folders keep their checkpoints. To continue, run the same sweep command again (it resumes its "
-        "interrupted runs).")
+        "error: interrupted (Ctrl-C): stopped 2 running run(s) (fedavg, fedprox); their folders keep their "
+        "checkpoints. To continue, run the same sweep command again (it resumes its interrupted runs).")
     kept = {}
     for d in folders:
         pid = int(WORKER_LINE.search((d / "run.log").read_text()).group(1))
