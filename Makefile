@@ -14,6 +14,9 @@ PRECISION ?= 32-true
 CHECKPOINT_EVERY ?= 1
 EVAL_EVERY ?=
 ACTOR_RESTARTS ?= 3
+PARALLEL ?=
+GPUS_PER_ACTOR ?= 0
+DRIVER_GPUS ?= 0
 export RAY_USAGE_STATS_ENABLED ?= 0
 
 TABLES := table1 table2 table3 table-fedproto table-fedplvm table-fedapc table-all
@@ -43,7 +46,9 @@ data: $(STAMP)
 
 ## a paper table (ray_jobs/tables.py): make table2 -> --table 2, make table-fedplvm -> --table fedplvm (FedPLVM's
 ## Tables 1-5: the group fedplvm12, fedplvm3, fedplvm4, fedplvm5);
-## EXECUTOR=local: one process, one run after another, no Ray needed; ENGINE=sequential|fused|auto;
+## EXECUTOR=local: no Ray needed; PARALLEL=N: N runs at once (local: worker processes, default 1 without a GPU,
+## 4 on one; Ray: at most what the cluster fits); ENGINE=sequential|fused|auto;
+## GPUS_PER_ACTOR=0.1 DRIVER_GPUS=0.1: Ray runs on the GPUs, fractions sharing one (several runs per GPU);
 ## PRECISION=32-true|bf16-mixed; CHECKPOINT_EVERY=10: each run's checkpoint every 10 rounds (docs/reliability.md);
 ## ACTOR_RESTARTS=0: a dying client actor stops its run (resumed by the next sweep), and actors send their clients'
 ## states (MOON, FedDyn) only for checkpoints, not every round;
@@ -53,8 +58,9 @@ data: $(STAMP)
 $(TABLES): $(STAMP)
 	$(PY) -m ray_jobs.sweep --table $(patsubst -%,%,$(subst table,,$@)) --profile $(PROFILE) $(if $(DOMAINS),--domains $(DOMAINS)) \
 		$(if $(METHODS),--methods $(METHODS)) $(if $(SEEDS),--seeds $(SEEDS)) $(if $(DATASETS),--datasets $(DATASETS)) \
-		--executor $(EXECUTOR) --engine $(ENGINE) --precision $(PRECISION) \
-		--checkpoint-every $(CHECKPOINT_EVERY) --actor-restarts $(ACTOR_RESTARTS) $(if $(EVAL_EVERY),--eval-every $(EVAL_EVERY))
+		--executor $(EXECUTOR) $(if $(PARALLEL),--parallel $(PARALLEL)) --engine $(ENGINE) --precision $(PRECISION) \
+		--checkpoint-every $(CHECKPOINT_EVERY) --actor-restarts $(ACTOR_RESTARTS) $(if $(EVAL_EVERY),--eval-every $(EVAL_EVERY)) \
+		--gpus-per-actor $(GPUS_PER_ACTOR) --driver-gpus $(DRIVER_GPUS)
 
 ## every figure again from the run folders (table reports, smoke reports, the demo), no training
 figures: $(STAMP)

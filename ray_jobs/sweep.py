@@ -11,7 +11,8 @@ The tables (their runs as method x preset, the paper's numbers, the metric, the 
 are data in `ray_jobs.tables`; `ray_jobs.plan` makes their runs, `ray_jobs.report` their reports.
 A run whose complete summary.json exists is not run again, so an interrupted
 sweep continues where it stopped. Runs go to Ray concurrently as far as the
-cluster's resources allow (RAY_ADDRESS for a cluster, else a local instance).
+cluster's resources allow (RAY_ADDRESS for a cluster, else a local instance);
+with `--executor local --parallel N`, N at once in worker processes (no Ray).
 The `smoke` profile runs the same code paths with tiny settings; its reports go
 to results/smoke/ and say so in their titles, never over a full-profile report.
 """
@@ -19,10 +20,17 @@ from __future__ import annotations
 
 import argparse
 import math
+import multiprocessing
+import multiprocessing.connection
+import os
+import signal
 import sys
 from concurrent.futures import ThreadPoolExecutor
+from datetime import datetime
 from pathlib import Path
 
+import torch
+from threadpoolctl import threadpool_limits
 from tqdm import tqdm
 
 from benchmark.data import DataError
@@ -37,37 +45,69 @@ from ray_jobs.run import OneLineParser, RunError, gpus_needed, init_ray, run, ru
 from ray_jobs.tables import GROUPS, PROFILES, TABLES, report_name
 
 
+GPU_PARALLEL = 4  # local runs at once on a GPU by default; see local_concurrency
+RESUME_HINT = "run the same sweep command again (it resumes its interrupted runs)"
+
+
+def concurrency(todo: list[RunConfig], asked: int | None) -> tuple[int, str]:
+    """How many of these runs go at once, and why (the sweep's plan line says it)."""
+    n, why = (ray_concurrency if todo[0].executor == "ray" else local_concurrency)(todo[0], asked)
+    return min(n, len(todo)), why
+
+
+def ray_concurrency(c: RunConfig, asked: int | None) -> tuple[int, str]:
+    """As many runs at once as fit whole (a run holds its driver and all its actors for its whole life, so runs that
+    only partly fit could wait on each other forever), at most `asked`."""
+    have = init_ray(c).cluster_resources()
+    cpus = c.driver_cpus + c.num_actors * c.cpus_per_actor
+    fit = math.floor(have.get("CPU", 0) / cpus)
+    shares = run_gpu_shares(c)
+    while fit > 1 and gpus_needed(shares * fit) > have.get("GPU", 0):  # runs packed together on the GPUs
+        fit -= 1
+    fit = max(1, fit)
+    gpus = f" and GPU shares {'+'.join(f'{g:g}' for g in shares if g)}" if any(shares) else ""
+    why = (f"Ray: a run holds {cpus:g} CPUs{gpus}, the cluster has {have.get('CPU', 0):g} CPUs and "
+           f"{have.get('GPU', 0):g} GPUs: {fit} fit" + (f"; --parallel {asked}" if asked else ""))
+    return min(asked or fit, fit), why
+
+
+def local_concurrency(c: RunConfig, asked: int | None) -> tuple[int, str]:
+    """--parallel, else 1 without a GPU and GPU_PARALLEL on one: on one H100, 4 Office-Caltech runs at once took 314
+    to 342 s each against 261 s for FPL alone, about 3x the throughput of one at a time, and 7 at once 2.5 to 3x
+    (2026-11-24, results/perf/h100-2026-11-24/README.md); more runs only add GPU memory and CPU contention."""
+    if asked:
+        why = f"--parallel {asked}"
+    elif c.device != "cpu" and torch.cuda.is_available():
+        asked, why = GPU_PARALLEL, (f"default on a GPU: {GPU_PARALLEL} runs at once gave about 3x the throughput of one "
+                                    "on an H100; --parallel N to change")
+    else:
+        asked, why = 1, "default without a GPU; --parallel N to change"
+    if asked > 1:
+        why += f"; worker processes of at most {worker_threads(asked)} CPU thread(s) each, output in <run folder>/run.log"
+    return asked, why
+
+
+def worker_threads(n: int) -> int:
+    """Each of n worker processes' share of this machine's CPU threads."""
+    return max(1, (os.cpu_count() or 1) // n)
+
+
 def execute(runs: list[RunConfig], parallel: int | None) -> list[str]:
     """Run what is not complete yet, concurrently where resources allow; returns the names run."""
+    if parallel is not None and parallel < 1:
+        raise ConfigError(f"--parallel takes a number of runs at once, 1 or more (got {parallel}).")
     todo = [c for c in runs if not run_complete(c)]
-    print(f"{len(runs) - len(todo)} of {len(runs)} runs already complete; running {len(todo)}", flush=True)
+    line = f"{len(runs) - len(todo)} of {len(runs)} runs already complete; running {len(todo)}"
     if not todo:
+        print(line, flush=True)
         return []
-    if todo[0].executor == "ray":
-        # as many runs at once as fit whole (a run holds its driver and all its actors for its whole life,
-        # so runs that only partly fit could wait on each other forever)
-        c, have = todo[0], init_ray(todo[0]).cluster_resources()
-        fit = math.floor(have.get("CPU", 0) / (c.driver_cpus + c.num_actors * c.cpus_per_actor))
-        shares = run_gpu_shares(c)
-        while fit > 1 and gpus_needed(shares * fit) > have.get("GPU", 0):  # runs packed together on the GPUs
-            fit -= 1
-        parallel = min(parallel or fit, max(1, fit))
-    parallel = 1 if todo[0].executor == "local" else parallel
+    parallel, why = concurrency(todo, parallel)
+    print(f"{line}, {parallel} at once ({why})", flush=True)
     progress = SweepProgress(len(todo))
-
-    def one(cfg: RunConfig):
-        progress.started(cfg.run_name)
-        try:
-            summary = run(cfg, quiet=True, resume=True,  # an interrupted run continues from its last round
-                          resume_hint="run the same sweep command again (it resumes its interrupted runs)")
-        except Exception as e:
-            progress.failed_run(cfg.run_name, str(e) or repr(e))
-            raise
-        progress.finished(cfg.run_name, summary)
-
-    with ThreadPoolExecutor(max_workers=parallel) as pool:
-        futures = [pool.submit(one, c) for c in todo]
-    failed = [(c, f.exception()) for c, f in zip(todo, futures) if f.exception()]
+    if todo[0].executor == "local" and parallel > 1:
+        failed = run_in_workers(todo, parallel, progress)
+    else:
+        failed = run_in_threads(todo, parallel, progress)
     elapsed = progress.close()
     print(f"sweep: {len(todo) - len(failed)} runs done, {len(failed)} failed, {len(runs) - len(todo)} already complete "
           f"({tqdm.format_interval(elapsed)})", flush=True)
@@ -76,6 +116,114 @@ def execute(runs: list[RunConfig], parallel: int | None) -> list[str]:
                        + "; ".join(f"{c.run_name} ({e})" for c, e in failed)
                        + ". Their folders hold error.txt; run the sweep again to retry them.")
     return [c.run_name for c in todo]
+
+
+def run_in_threads(todo: list[RunConfig], parallel: int, progress: SweepProgress) -> list[tuple[RunConfig, Exception]]:
+    """The runs from threads of this process (under Ray each run's work is in its actors); returns the failed ones."""
+    def one(cfg: RunConfig):
+        progress.started(cfg.run_name)
+        try:
+            summary = run(cfg, quiet=True, resume=True, resume_hint=RESUME_HINT)  # an interrupted run goes on
+        except Exception as e:
+            progress.failed_run(cfg.run_name, str(e) or repr(e))
+            raise
+        progress.finished(cfg.run_name, summary)
+
+    with ThreadPoolExecutor(max_workers=parallel) as pool:
+        futures = [pool.submit(one, c) for c in todo]
+    return [(c, f.exception()) for c, f in zip(todo, futures) if f.exception()]
+
+
+def run_in_workers(todo: list[RunConfig], parallel: int, progress: SweepProgress) -> list[tuple[RunConfig, Exception]]:
+    """Local runs, `parallel` at once, each in a worker process of its own (spawned: a fresh interpreter) with its
+    share of the CPU threads and its output in <run folder>/run.log; returns the failed ones. A failed run does not
+    stop the others. Ctrl-C stops every worker (its run writes error.txt and keeps its checkpoints) and raises
+    RunError saying how to resume."""
+    ctx = multiprocessing.get_context("spawn")
+    threads = worker_threads(parallel)
+    waiting, running, failed = list(todo), {}, []
+    try:
+        while waiting or running:
+            while waiting and len(running) < parallel:
+                cfg = waiting.pop(0)
+                receiver, sender = ctx.Pipe(duplex=False)
+                proc = ctx.Process(target=worker, args=(cfg, threads, sender), name=f"sweep worker {cfg.run_name}")
+                proc.start()
+                sender.close()  # the worker holds the only sending end: its death reads as EOF here
+                running[receiver] = (cfg, proc)
+                progress.started(cfg.run_name)
+            for receiver in multiprocessing.connection.wait(list(running)):
+                cfg, proc = running.pop(receiver)
+                ok, result = worker_result(receiver, proc, cfg)
+                if ok:
+                    progress.finished(cfg.run_name, result)
+                else:
+                    progress.failed_run(cfg.run_name, result)
+                    failed.append((cfg, RunError(result)))
+    except KeyboardInterrupt:
+        for cfg, proc in running.values():  # each worker's run stops at once, writing error.txt
+            proc.terminate()
+        for receiver, (cfg, proc) in running.items():
+            proc.join(60)
+            if proc.is_alive():  # stuck: its checkpoints stay whatever it was doing
+                proc.kill()
+                proc.join()
+            receiver.close()
+        progress.close()
+        names = ", ".join(cfg.run_name for cfg, _ in running.values())
+        raise RunError(f"interrupted (Ctrl-C): stopped {len(running)} running run(s) ({names})"
+                       + (f", {len(waiting)} not started" if waiting else "")
+                       + f"; their folders keep their checkpoints. To continue, {RESUME_HINT}.") from None
+    return failed
+
+
+def worker_result(receiver, proc, cfg: RunConfig) -> tuple[bool, dict | str]:
+    """(True, summary) of a worker whose run completed, else (False, why it did not)."""
+    try:
+        ok, result = receiver.recv()
+    except EOFError:  # the process died without a word (killed, out of memory)
+        proc.join()
+        code = proc.exitcode
+        how = f"killed by {signal.Signals(-code).name}" if code and code < 0 else f"exit code {code}"
+        ok, result = False, f"its worker process {proc.pid} died ({how}); see {Path(cfg.out) / 'run.log'}"
+    proc.join()
+    receiver.close()
+    return ok, result
+
+
+def worker(cfg: RunConfig, threads: int, sender) -> None:
+    """One run in a worker process: output to <run folder>/run.log (with this process's id and its start and end
+    times), `threads` CPU threads at most, resumed from the folder's last checkpoint; sends (True, summary) or
+    (False, message). SIGTERM (the sweep's Ctrl-C) stops the run as Ctrl-C stops a run; SIGINT is the sweep's."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+    def stop(signum, frame):
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)  # once: the run's clean-up then goes undisturbed
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, stop)
+    out = Path(cfg.out)
+    out.mkdir(parents=True, exist_ok=True)
+    with open(out / "run.log", "a") as log:
+        os.dup2(log.fileno(), 1)
+        os.dup2(log.fileno(), 2)
+        sys.stdout.reconfigure(line_buffering=True)
+        sys.stderr.reconfigure(line_buffering=True)
+        torch.set_num_threads(threads)  # a run may lower it (--cpus-per-actor, --driver-cpus), never raise it
+        threadpool_limits(threads)  # numpy's and scikit-learn's BLAS and OpenMP pools (FINCH)
+        print(f"sweep worker pid {os.getpid()}: started {now()} ({threads} CPU thread{'s' * (threads > 1)})")
+        try:
+            result = True, run(cfg, quiet=False, resume=True, resume_hint=RESUME_HINT)
+        except KeyboardInterrupt:
+            result = False, "interrupted (Ctrl-C)"
+        except Exception as e:
+            result = False, str(e) or repr(e)
+        print(f"sweep worker pid {os.getpid()}: ended {now()} ({'complete' if result[0] else result[1]})")
+        sender.send(result)
+
+
+def now() -> str:
+    return datetime.now().astimezone().isoformat(timespec="milliseconds")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -93,9 +241,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--data-root", default=None)
     ap.add_argument("--report-only", action="store_true",
                     help="run nothing: write the report from the table's complete runs (those missing say so)")
-    ap.add_argument("--parallel", type=int, default=None, help="runs at once (default: as many as the cluster fits)")
+    ap.add_argument("--parallel", type=int, default=None,
+                    help="runs at once (default: Ray, as many as the cluster fits; local, 1 without a GPU and "
+                         f"{GPU_PARALLEL} on one)")
     ap.add_argument("--executor", default="ray", choices=["ray", "local"],
-                    help="local: every run in this process, one after another (Ray is not imported)")
+                    help="local: no Ray (not imported); one run in this process, or --parallel N worker processes")
     ap.add_argument("--engine", default="auto", help="client training engine of every run: auto, sequential or fused")
     ap.add_argument("--precision", default="32-true",
                     help="32-true (as the references) or bf16-mixed; part of each run's protocol (a run at another precision is run again)")
@@ -107,10 +257,15 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--actor-restarts", type=int, default=3,
                     help="restarts of one client actor before its run stops; 0: a run's actors send their clients' "
                          "states only for its checkpoints, not every round (docs/reliability.md)")
+    ap.add_argument("--gpus-per-actor", type=float, default=0.0,
+                    help="Ray: each run's client actors' GPU share (fractions share a GPU: 0.1 puts several runs on "
+                         "one); not part of a run's protocol")
+    ap.add_argument("--driver-gpus", type=float, default=0.0, help="Ray: each run's driver's GPU share (it evaluates)")
     args = ap.parse_args(argv)
     results_dir = Path(args.results_dir or ("results" if args.profile == "full" else "results/smoke"))
     extra = {"executor": args.executor, "engine": args.engine, "precision": args.precision,
              "checkpoint_every": args.checkpoint_every, "actor_restarts": args.actor_restarts,
+             "gpus_per_actor": args.gpus_per_actor, "driver_gpus": args.driver_gpus,
              **({} if args.eval_every is None else {"eval_every": args.eval_every})}
     tables = GROUPS.get(args.table, (args.table,))
     try:

@@ -1,0 +1,105 @@
+"""tools/gpu/kit.py: a file in parts that travel one a call and join back bit for bit there; the wheels that make
+Ray installable offline on the lent GPU machine (Python 3.12, x86-64 Linux) with `pip install --no-deps`."""
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import os
+import shutil
+import socket
+import subprocess
+import sys
+from importlib import metadata
+from pathlib import Path
+
+import pytest
+
+KIT = Path(__file__).resolve().parent.parent / "tools" / "gpu" / "kit.py"
+
+
+def kit(*args: str, cwd: Path) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, str(KIT), *args], cwd=cwd, capture_output=True, text=True, timeout=900)
+
+
+def sha(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def test_split_and_join_give_back_the_file(tmp_path):
+    """2.5 MiB in parts of at most 1 MiB: three folders, one part each; joined with a part missing: exit 3 naming
+    it; all three: the original bytes; a damaged part: no file, exit 2."""
+    original = tmp_path / "ray-wheels.tar"
+    original.write_bytes(os.urandom(5 * 2**19))
+    res = kit("split", str(original), str(tmp_path / ".device" / "ray"), "--part-mib", "1", cwd=tmp_path)
+    assert res.returncode == 0, res.stderr
+    dirs = sorted((tmp_path / ".device").iterdir())
+    assert [d.name for d in dirs] == ["ray1", "ray2", "ray3"]
+    parts = [d / f"ray-wheels.tar.part{k}of3" for k, d in enumerate(dirs, 1)]
+    assert [p.stat().st_size for p in parts] == [873814, 873814, 873812]  # as equal as can be, each <= 1 MiB
+    there = tmp_path / "there"  # the machine's folder that gathers the parts, one call after another
+    there.mkdir()
+    for d in dirs[:2]:
+        for f in d.iterdir():
+            shutil.copy(f, there)
+    res = kit("join", str(there), str(there / "ray-wheels.tar"), cwd=tmp_path)
+    assert res.returncode == 3 and not (there / "ray-wheels.tar").exists()
+    assert res.stderr == "error: 2 of 3 parts of ray-wheels.tar here; carry the folder(s) with part(s) 3 in the next call.\n"
+    for f in dirs[2].iterdir():
+        shutil.copy(f, there)
+    res = kit("join", str(there), str(there / "ray-wheels.tar"), cwd=tmp_path)
+    assert res.returncode == 0, res.stderr
+    assert sha(there / "ray-wheels.tar") == sha(original)
+    damaged = bytearray(parts[1].read_bytes())
+    damaged[1000] ^= 1
+    (there / parts[1].name).write_bytes(bytes(damaged))
+    (there / "ray-wheels.tar").unlink()
+    res = kit("join", str(there), str(there / "ray-wheels.tar"), cwd=tmp_path)
+    assert res.returncode == 2 and "a part is damaged" in res.stderr and len(res.stderr.splitlines()) == 1
+    assert not (there / "ray-wheels.tar").exists() and not (there / "ray-wheels.tar.joining").exists()
+
+
+def registry_reachable() -> bool:
+    try:
+        socket.create_connection(("pypi.org", 443), timeout=5).close()
+        return True
+    except OSError:
+        return False
+
+
+@pytest.mark.skipif(not registry_reachable(), reason="needs the package registry (pypi.org)")
+def test_wheels_are_ray_of_this_environment_and_everything_it_needs_that_the_machine_lacks(tmp_path):
+    """`kit.py wheels DEST --extra default` (what stage.sh runs): one wheel per package, for CPython 3.12 on x86-64
+    Linux; Ray's version is this environment's; every requirement of Ray (with its default extra) and of each
+    fetched wheel is either among the wheels or one of the machine's packages (torch, lightning, numpy, pandas,
+    scikit-learn, matplotlib, tqdm and theirs), and no wheel is there that nothing requires."""
+    from packaging.tags import compatible_tags, cpython_tags
+    from packaging.utils import canonicalize_name, parse_wheel_filename
+
+    spec = importlib.util.spec_from_file_location("kit", KIT)
+    k = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(k)
+    res = kit("wheels", str(tmp_path / "whl"), "--extra", "default", cwd=tmp_path)
+    assert res.returncode == 0, res.stderr
+    wheels = {}
+    for p in (tmp_path / "whl").glob("*.whl"):
+        name, version, _, tags = parse_wheel_filename(p.name)
+        assert name not in wheels, f"two wheels of {name}"
+        wheels[name] = (str(version), p, tags)
+    listed = dict(line.split("==") for line in (tmp_path / "whl" / "REQUIRED.txt").read_text().split())
+    assert listed == {n: v for n, (v, _, _) in wheels.items()}
+    assert wheels["ray"][0] == metadata.version("ray")
+    machine = set(cpython_tags((3, 12), platforms=k.PLATFORMS)) | set(compatible_tags((3, 12), "cp312", k.PLATFORMS))
+    assert [n for n, (_, _, tags) in wheels.items() if not tags & machine] == []
+    have = k.present()
+    assert {"torch", "lightning", "numpy", "filelock", "packaging", "pyyaml", "aiohttp"} <= have  # aiohttp: fsspec[http]
+    required_by = {"ray": {"(staging)"}}
+    for n, (_, p, _) in wheels.items():
+        for r in k.requirements(k.wheel_requires(p), frozenset({"default"} if n == "ray" else ())):
+            dep = canonicalize_name(r.name)
+            assert dep in have or dep in wheels, f"{n} needs {r}, neither fetched nor on the machine"
+            if dep in wheels:
+                assert r.specifier.contains(wheels[dep][0], prereleases=True), f"{n} needs {r}"
+                required_by.setdefault(dep, set()).add(n)
+    assert set(required_by) == set(wheels)  # nothing fetched that nothing needs
+    assert {"click", "jsonschema", "msgpack", "protobuf", "requests", "grpcio", "pydantic"} <= set(wheels)
+    assert not {"torch", "numpy", "filelock", "packaging", "pyyaml", "aiohttp"} & set(wheels)

@@ -1,0 +1,144 @@
+"""`make table2 EXECUTOR=local PARALLEL=N`: a local sweep's runs side by side in worker processes (no Ray), with the
+numbers of one run at a time; a failed worker does not stop the others; Ctrl-C stops them all, resumably."""
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from datetime import datetime
+from pathlib import Path
+
+import pytest
+
+from benchmark.config import RunConfig
+from benchmark.results import read_jsonl
+from ray_jobs.run import RunError
+from ray_jobs.sweep import execute, main
+
+ROOT = Path(__file__).resolve().parent.parent
+RUNS = ("fedavg-office_caltech-default-seed0", "fpl-office_caltech-default-seed0")
+WORKER_LINE = re.compile(r"^sweep worker pid (\d+): (started|ended) (\S+) ", re.M)
+
+
+def worker_log(run_dir: Path) -> tuple[int, datetime, datetime]:
+    """The worker's pid and its run's start and end times, from <run folder>/run.log."""
+    lines = WORKER_LINE.findall((run_dir / "run.log").read_text())
+    assert [what for _, what, _ in lines] == ["started", "ended"] and lines[0][0] == lines[1][0]
+    return int(lines[0][0]), datetime.fromisoformat(lines[0][2]), datetime.fromisoformat(lines[1][2])
+
+
+def driver_pid(run_dir: Path) -> int:
+    return json.loads((run_dir / "config.json").read_text())["provenance"]["driver"]["pid"]
+
+
+def test_parallel_2_gives_the_numbers_of_one_run_at_a_time_with_both_in_flight(data_root, tmp_path, capsys,
+                                                                               monkeypatch):
+    """Table 2's two Office-Caltech rows of FedAvg and FPL at the smoke profile, one at a time in this process (the
+    default without a GPU), then two at once in worker processes: the same accuracies bit for bit (CPU), and the
+    two workers' runs overlapped in time."""
+    monkeypatch.setenv("WANDB_MODE", "disabled")  # inherited by the workers
+    args = ["--table", "2", "--profile", "smoke", "--methods", "fedavg,fpl", "--datasets", "office_caltech",
+            "--domains", "mnist,usps,syn", "--data-root", str(data_root), "--executor", "local"]
+    assert main([*args, "--results-dir", str(tmp_path / "one")]) == 0
+    assert "0 of 2 runs already complete; running 2, 1 at once (default without a GPU; --parallel N to change)" \
+        in capsys.readouterr().out
+    assert main([*args, "--results-dir", str(tmp_path / "two"), "--parallel", "2"]) == 0
+    threads = max(1, os.cpu_count() // 2)
+    assert (f"0 of 2 runs already complete; running 2, 2 at once (--parallel 2; worker processes of at most {threads} "
+            "CPU thread(s) each, output in <run folder>/run.log)") in capsys.readouterr().out
+    for name in RUNS:
+        one, two = tmp_path / "one" / "runs" / name, tmp_path / "two" / "runs" / name
+        s1, s2 = (json.loads((d / "summary.json").read_text()) for d in (one, two))
+        assert (s2["final"], s2["last5"]) == (s1["final"], s1["last5"])
+        numbers = lambda d: [{k: r[k] for k in ("accuracy", "train_loss", "client_loss")}  # noqa: E731
+                             for r in read_jsonl(d / "metrics.jsonl")]
+        assert numbers(two) == numbers(one)  # the losses too: smoke accuracies alone could agree by chance
+        assert driver_pid(one) == os.getpid() and not (one / "run.log").exists()  # in this process
+        log = (two / "run.log").read_text()  # the worker's output: its plain per-round lines
+        assert f"[{name}] round 2/2 " in log and log.rstrip().endswith("(complete)")
+    (pid_a, start_a, end_a), (pid_b, start_b, end_b) = (worker_log(tmp_path / "two" / "runs" / n) for n in RUNS)
+    assert len({pid_a, pid_b, os.getpid()}) == 3
+    assert [driver_pid(tmp_path / "two" / "runs" / n) for n in RUNS] == [pid_a, pid_b]  # the run was in the worker
+    assert start_a < end_b and start_b < end_a, "the two runs were not in flight at the same time"
+    assert main([*args, "--results-dir", str(tmp_path / "two"), "--parallel", "0"]) == 2
+    err = capsys.readouterr().err
+    assert err.strip() == "error: --parallel takes a number of runs at once, 1 or more (got 0)."
+    # GPU shares (Ray's: `make table2 GPUS_PER_ACTOR=0.1 DRIVER_GPUS=0.1`) are no part of a run's protocol
+    assert main([*args, "--results-dir", str(tmp_path / "two"), "--gpus-per-actor", "0.1", "--driver-gpus", "0.1"]) == 0
+    assert "2 of 2 runs already complete; running 0\n" in capsys.readouterr().out
+    assert main([*args, "--results-dir", str(tmp_path / "two"), "--gpus-per-actor", "nan"]) == 2
+    assert capsys.readouterr().err.strip() == "error: gpus-per-actor must be a finite number, 0 or more (got nan)."
+
+
+SMALL = dict(dataset="office_caltech", local_epochs=1, client_fraction=0.05, eval_max=50, executor="local")
+
+
+def test_a_failed_worker_does_not_stop_the_others(data_root, tmp_path, capsys, monkeypatch):
+    """FPL with tau 0.01 stops in round 1 (non-finite loss) in its worker; FedAvg, beside it, completes; the
+    failure is reported as with one run at a time."""
+    monkeypatch.setenv("WANDB_MODE", "disabled")
+    runs = [RunConfig(method="fpl", hparams={"tau": 0.01}, out=str(tmp_path / "fail"), name="fail", rounds=2,
+                      data_root=str(data_root), **SMALL),
+            RunConfig(method="fedavg", out=str(tmp_path / "ok"), name="ok", rounds=2, data_root=str(data_root), **SMALL)]
+    with pytest.raises(RunError, match=r"^1 of 2 runs failed, no report written: fail \(non-finite loss in round 1"):
+        execute(runs, 2)
+    assert (tmp_path / "ok" / "summary.json").exists() and not (tmp_path / "fail" / "summary.json").exists()
+    assert (tmp_path / "fail" / "error.txt").read_text().startswith("non-finite loss in round 1")
+    out = capsys.readouterr().out
+    assert "] fail FAILED: non-finite loss in round 1" in out and "] ok: AVG " in out
+    assert "sweep: 1 runs done, 1 failed, 0 already complete" in out
+    assert "(non-finite loss in round 1" in (tmp_path / "fail" / "run.log").read_text().splitlines()[-1]
+
+
+def test_ctrl_c_stops_every_worker_and_the_same_sweep_resumes_their_runs(data_root, tmp_path):
+    """SIGINT to a sweep process running two runs in workers (as Ctrl-C, but to the sweep alone: it stops its
+    workers itself): one line saying how to resume, every worker gone, each run folder with its checkpoints and
+    error.txt; the same sweep again resumes both after their last checkpoint and completes them."""
+    script = textwrap.dedent(f"""
+        import sys
+        from benchmark.config import RunConfig
+        from ray_jobs.run import RunError
+        from ray_jobs.sweep import execute
+        runs = [RunConfig(method=m, out={str(tmp_path)!r} + "/" + m, name=m, rounds=3, data_root={str(data_root)!r},
+                          **{SMALL!r}) for m in ("fedavg", "fedprox")]
+        try:
+            execute(runs, 2)
+        except RunError as e:
+            print(f"error: {{e}}", file=sys.stderr)
+            sys.exit(2)
+        """)
+    env = {**os.environ, "WANDB_MODE": "disabled", "PYTHONPATH": str(ROOT)}
+    sweep = subprocess.Popen([sys.executable, "-c", script], env=env, cwd=tmp_path, stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True)
+    folders = [tmp_path / "fedavg", tmp_path / "fedprox"]
+    deadline = time.monotonic() + 300
+    while not all(list((d / "checkpoints").glob("round_*.pt")) for d in folders):
+        assert sweep.poll() is None and time.monotonic() < deadline, sweep.communicate()
+        time.sleep(0.2)
+    sweep.send_signal(signal.SIGINT)
+    out, err = sweep.communicate(timeout=120)
+    assert sweep.returncode == 2, err
+    assert err.strip().splitlines()[-1] == (
+        "error: interrupted (Ctrl-C): stopped 2 running run(s) (fedavg, fedprox); their folders keep their "
+        "checkpoints. To continue, run the same sweep command again (it resumes its interrupted runs).")
+    kept = {}
+    for d in folders:
+        pid = int(WORKER_LINE.search((d / "run.log").read_text()).group(1))
+        with pytest.raises(ProcessLookupError):
+            os.kill(pid, 0)
+        assert not (d / "summary.json").exists()
+        assert (d / "error.txt").read_text().startswith("interrupted (Ctrl-C). The run folder keeps its rounds up to ")
+        kept[d] = max(int(p.stem.split("_")[1]) for p in (d / "checkpoints").glob("round_*.pt"))
+        assert kept[d] < 2
+    resumed = subprocess.run([sys.executable, "-c", script], env=env, cwd=tmp_path, capture_output=True, text=True,
+                             timeout=600)
+    assert resumed.returncode == 0, resumed.stderr
+    for d in folders:
+        assert f"note: resuming {d.name} after round {kept[d]} of 3" in (d / "run.log").read_text()
+        assert [r["round"] for r in read_jsonl(d / "metrics.jsonl")] == [0, 1, 2]
+        assert (d / "summary.json").exists()
