@@ -19,6 +19,7 @@ import torch
 from benchmark import figures, paper
 from benchmark.data import eval_subset, load_domain
 from benchmark.results import MODEL_FILE, Recorder
+from ray_jobs import figures as cli
 from ray_jobs.config import RunConfig
 from ray_jobs.progress import RunProgress, SweepProgress
 from ray_jobs.run import run
@@ -98,9 +99,9 @@ def test_bars_plot_the_last5_means_beside_the_paper(constructed, tmp_path):
 
 def test_regenerate_redraws_a_report_from_its_run_folders(constructed, tmp_path, capsys):
     names = sorted(d.name for d, _ in constructed.values())
-    (tmp_path / "table1.md").write_text("# FPL Table 1: reproduction (smoke profile)\n\n" + figures.RUNS_LINE + ", ".join(names) + "\n")
-    (tmp_path / "table3.md").write_text("# FPL Table 3: reproduction\n\n" + figures.RUNS_LINE + "gone-run\n")
-    assert figures.main(["all", str(tmp_path)]) == 0
+    (tmp_path / "table1.md").write_text("# FPL Table 1: reproduction (smoke profile)\n\n" + cli.RUNS_LINE + ", ".join(names) + "\n")
+    (tmp_path / "table3.md").write_text("# FPL Table 3: reproduction\n\n" + cli.RUNS_LINE + "gone-run\n")
+    assert cli.main(["all", str(tmp_path)]) == 0
     for name in ("curves", "bars"):
         check_png(tmp_path / "figures" / "table1" / f"{name}.png")
         check_svg(tmp_path / "figures" / "table1" / f"{name}.svg")
@@ -111,7 +112,7 @@ def test_regenerate_redraws_a_report_from_its_run_folders(constructed, tmp_path,
 
 def test_tsne_of_a_run_without_a_model_says_so(constructed, capsys):
     run_dir = constructed[("fpl", 0)][0]
-    assert figures.main(["tsne", str(run_dir)]) == 2
+    assert cli.main(["tsne", str(run_dir)]) == 2
     assert f"{run_dir} has no {MODEL_FILE}" in capsys.readouterr().err
 
 
@@ -215,7 +216,7 @@ def test_real_run_shows_a_bar_and_saves_a_small_model(real_run):
 
 def test_tsne_command_on_a_real_run(real_run, data_root, capsys):
     out, _, cfg, _ = real_run
-    assert figures.main(["tsne", str(out), "--per-domain", "25"]) == 0
+    assert cli.main(["tsne", str(out), "--per-domain", "25"]) == 0
     assert f"written: {out / 'tsne.png'}" in capsys.readouterr().out
     check_png(out / "tsne.png")
     check_svg(out / "tsne.svg")

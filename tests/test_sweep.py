@@ -14,9 +14,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from benchmark import figures
 from benchmark.data import DataError
 from benchmark.results import is_complete, protocol, read_jsonl
+from ray_jobs import figures as cli
 from ray_jobs.config import RunConfig
 from ray_jobs.plan import check_data, plan, select
 from ray_jobs.run import RunError
@@ -163,7 +163,7 @@ def test_report_links_its_figures_and_make_figures_redraws_them(smoke):
     before = {p.name: p.stat().st_mtime_ns for p in fig_dir.iterdir()}
     for p in fig_dir.iterdir():
         p.unlink()
-    assert figures.main(["all", str(smoke)]) == 0  # `make figures`: from the run folders, no training
+    assert cli.main(["all", str(smoke)]) == 0  # `make figures`: from the run folders, no training
     assert sorted(p.name for p in fig_dir.iterdir()) == expected and all(p.stat().st_size > 5000 for p in fig_dir.iterdir())
     assert set(before) == set(expected)
 

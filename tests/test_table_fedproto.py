@@ -10,8 +10,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from benchmark import figures
 from benchmark.results import read_jsonl
+from ray_jobs import figures as cli
 from ray_jobs.plan import plan
 from ray_jobs.sweep import execute, main
 
@@ -70,7 +70,7 @@ def test_report_beside_the_paper(smoke):
 def test_figures_are_redrawn_from_the_report(smoke):
     png = smoke / "figures" / "tablefedproto" / "curves_3way.png"
     png.unlink()
-    files = figures.regenerate([smoke])
+    files = cli.regenerate([smoke])
     assert png in files and png.exists()
 
 
