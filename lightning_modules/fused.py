@@ -87,7 +87,10 @@ def fit_fused(
     trainable = [name for name in stacked if isinstance(template[name], nn.Parameter) and template[name].requires_grad]
     for name in trainable:
         stacked[name].requires_grad_(True)
-    shared = {f"client.{name}": t.detach() for name, t in template.items() if name.startswith(shared_prefixes)}
+    # contiguous too: a channels_last weight (MOON's global model) makes channels_last activations, and on CUDA
+    # BatchNorm asks them `is_contiguous(memory_format=channels_last)`, which vmap does not answer (NYI)
+    shared = {f"client.{name}": t.detach().clone(memory_format=torch.contiguous_format)
+              for name, t in template.items() if name.startswith(shared_prefixes)}
     batched = {f"client.{name}": t for name, t in stacked.items()}
     hooks = _Hooks(module)
 
