@@ -1,9 +1,10 @@
 """The fused engine trains exactly what the one-client-at-a-time loop trains, for every method.
 
 Each method runs 2 rounds (its own server rule making the global model and the
-payload between rounds; round 1 uses the payload and the per-client state of round 0) through two client groups that differ only in the engine,
-on real USPS images with clients of unequal size (two sizes shared by several
-clients, one client alone), a tiny BatchNorm network, in float64: weights,
+payload between rounds; round 1 uses the payload and the per-client state of round 0) through two client groups
+that differ only in the engine, on real USPS images with clients of unequal size (10, 7 and 5 samples, batches of
+4: 3, 2 and 2 steps an epoch, last batches of 2, 3 and 1; with drop_last 2, 1 and 1 steps), all trained as one
+stack, a tiny BatchNorm network, in float64: weights,
 BatchNorm statistics (in the weighted sums and in MOON's per-client state),
 prototypes, losses and per-client state must agree within relative 1e-9.
 Under bf16-mixed they agree within what bfloat16 rounding moves the same round
@@ -25,13 +26,13 @@ from benchmark.data import to_tensor_images
 from benchmark.methods import METHODS
 from benchmark.server import weighted_mean
 from lightning_modules.fedavg import FedAvgClient
-from lightning_modules.base import fit_local
-from lightning_modules.fused import fit_fused
+from lightning_modules.base import NonFiniteLoss, fit_local
+from lightning_modules.fused import StackedSGD, fit_fused
 from lightning_modules.resnet import build_model
 from ray_jobs.clients import ClientGroup, resolve_engine
 from tiny_net import TinyNet
 
-SIZES = {0: 10, 1: 7, 2: 10, 3: 5, 4: 7}  # client id -> samples: 2 of 10, 2 of 7, 1 of 5
+SIZES = {0: 10, 1: 7, 2: 10, 3: 5, 4: 7}  # client id -> samples: 2 of 10, 2 of 7, 1 of 5 (batches of 4)
 ONE_MODEL = sorted(m for m in METHODS if METHODS[m].client_model is None)  # TinyNet: one model for every client
 
 
@@ -114,9 +115,14 @@ def max_rel_diff(a, b) -> float:
     return worst
 
 
+@pytest.mark.parametrize("drop_last", [False, True])
 @pytest.mark.parametrize("method", ONE_MODEL)
-def test_fused_equals_sequential_in_float64(method, shards):
-    seq, fused = run_rounds(method, shards, [("sequential", torch.float64, "32-true"), ("fused", torch.float64, "32-true")])
+def test_fused_equals_sequential_in_float64(method, drop_last, shards):
+    """One stack for the 5 clients: at each step the clients that have a batch, one vmapped call per batch size
+    (step 1: sizes 4, 3 and 1; step 2: the clients of 10 alone, or with drop_last step 1 the clients of 10 alone),
+    the others left untouched."""
+    seq, fused = run_rounds(method, shards, [("sequential", torch.float64, "32-true"), ("fused", torch.float64, "32-true")],
+                            drop_last=drop_last)
     for (rs, cs_s), (rf, cs_f) in zip(seq, fused):
         spec = METHODS[method]  # the rule's weights: sample counts, or 1 per client (FedOpt, FedDyn)
         weights = sum(spec.server.client_weight(spec.defaults, n) for n in SIZES.values()) if spec.server.averages_weights else 0
@@ -141,7 +147,7 @@ def test_fused_equals_sequential_when_clients_start_from_their_own_weights(metho
     stacked tensors; round 0 then trains one by one, round 1 fused, the same training as sequential."""
     group = make_group(method, "fused", shards, torch.float64, client_init="own")
     assert [[c["id"] for c in g] for g in group.subgroups(0)] == [[c] for c in SIZES]
-    assert [[c["id"] for c in g] for g in group.subgroups(1)] == [[0, 2], [1, 4], [3]]
+    assert [[c["id"] for c in g] for g in group.subgroups(1)] == [list(SIZES)]
     seq, fused = run_rounds(method, shards, [("sequential", torch.float64, "32-true"), ("fused", torch.float64, "32-true")],
                             client_init="own")
     for (rs, cs_s), (rf, cs_f) in zip(seq, fused):
@@ -270,15 +276,72 @@ def test_fused_moon_on_a_channels_last_model_keeps_vmap_tensors_contiguous(shard
     assert all(checked) and all(np.isfinite(losses))
 
 
-def test_fit_fused_refuses_clients_of_unequal_size(shards):
+def test_fit_fused_refuses_a_client_without_a_step_as_fit_local_does(shards):
     group = make_group("fedavg", "fused", shards, torch.float64)
-    with pytest.raises(ValueError, match="same number of samples"):
-        fit_fused(group.module, lambda i: None, [shards[0], shards[1]], 1, 4, [torch.Generator()] * 2)
+    with pytest.raises(ValueError, match="no training step: 5 samples give no full batch of 6 with drop_last"):
+        fit_fused(group.module, lambda i: None, [shards[0], shards[3]], 1, 6, [torch.Generator()] * 2, drop_last=True)
+    with pytest.raises(ValueError, match="no training step: 5 samples give no full batch of 6 with drop_last"):
+        fit_local(group.module, *shards[3], 1, 6, torch.Generator(), drop_last=True)
 
 
-def test_engine_groups_clients_of_equal_size(shards):
+def test_a_client_without_a_batch_is_left_exactly_as_it_was(shards):
+    """Client B (7 samples: 2 steps an epoch) trained beside A (10 samples: 3 steps, the third alone) ends bit for bit
+    as beside A' (A's first 8 samples: 2 steps): A's third step leaves B's weights, momentum buffers (they steer
+    B's second epoch), BatchNorm statistics, step count and prototype sums exactly as they were. FedDyn: B's own
+    alpha_k and weight decay (its size's) beside A's."""
+    state = {k: v.double() for k, v in TinyNet(10).state_dict().items()}
+    for method in ("fedavg", "feddyn"):
+        ends = []
+        for a in (shards[0], (shards[0][0][:8], shards[0][1][:8])):
+            group = make_group(method, "fused", shards, torch.float64)
+            group.clients = [{"id": 0, "domain": "usps", "data_share": 1.2}, {"id": 1, "domain": "usps", "data_share": 0.8}]
+            _, load = fit_fused(group.module, lambda i: group.start_client(group.clients[i], state, None, 0),
+                                [a, shards[1]], 2, 4, [torch.Generator().manual_seed(i) for i in range(2)])
+            load(1)
+            ends.append({k: v.clone() for k, v in {**dict(group.module.named_parameters()),
+                                                   **dict(group.module.named_buffers())}.items()})
+        assert ends[0].keys() == ends[1].keys() and "net.bn.num_batches_tracked" in ends[0]
+        for k in ends[0]:
+            assert torch.equal(ends[0][k], ends[1][k]), (method, k)
+
+
+def test_a_non_finite_loss_in_the_stack_names_its_client(shards):
+    """Client 3 (5 samples, the stack's shortest) starts round 0 from NaN weights: the group names it, the others'
+    finite losses notwithstanding."""
+    group = make_group("fedavg", "fused", shards, torch.float64, test_faults={"nan_loss": [0, 3]})
+    state = {k: v.double() for k, v in TinyNet(10).state_dict().items()}
+    with pytest.raises(NonFiniteLoss, match=r"^non-finite loss in round 0, client 3 \(usps\), method fedavg;"):
+        group.train(state, None, 0)
+
+
+def test_stacked_sgd_is_each_clients_torch_sgd_and_leaves_the_others_untouched():
+    """StackedSGD against torch.optim.SGD run for each client alone (its own lr, momentum, weight decay; momentum
+    0 and weight decay 0 included), over steps where some clients do not train: a trained client's slice is torch's
+    update, a client that does not train keeps its weights and momentum buffer bit for bit (its next update
+    continues from its buffer: torch's state after its own steps only)."""
+    torch.manual_seed(0)
+    hyper = [(0.1, 0.9, 1e-3), (0.05, 0.0, 0.0), (0.2, 0.5, 1e-2)]
+    w = torch.randn(3, 4, 5, dtype=torch.float64)
+    stacked = StackedSGD([w], hyper)
+    own = [w[i].clone().requires_grad_(True) for i in range(3)]
+    torch_sgd = [torch.optim.SGD([p], lr=lr, momentum=m, weight_decay=wd) for p, (lr, m, wd) in zip(own, hyper)]
+    for active in (None, [True, False, True], [False, True, False], None, [True, True, False]):
+        grad = torch.randn(3, 4, 5, dtype=torch.float64)
+        before = (w.clone(), stacked.buffers[0].clone())
+        w.grad = grad.clone()
+        stacked.step(None if active is None else torch.tensor(active))
+        for i, (p, opt) in enumerate(zip(own, torch_sgd)):
+            if active is None or active[i]:
+                p.grad = grad[i].clone()
+                opt.step()
+                torch.testing.assert_close(w[i], p.detach(), rtol=1e-15, atol=1e-15)
+            else:
+                assert torch.equal(w[i], before[0][i]) and torch.equal(stacked.buffers[0][i], before[1][i])
+
+
+def test_fused_engine_trains_a_group_as_one_stack(shards):
     group = make_group("fedavg", "fused", shards, torch.float64)
-    assert [[c["id"] for c in g] for g in group.subgroups()] == [[0, 2], [1, 4], [3]]
+    assert [[c["id"] for c in g] for g in group.subgroups()] == [list(SIZES)]
     group.cfg = dataclasses.replace(group.cfg, engine="sequential")
     assert [[c["id"] for c in g] for g in group.subgroups()] == [[c] for c in SIZES]
 
