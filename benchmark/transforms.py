@@ -90,11 +90,12 @@ class Transform:
         return normalize(x_uint8, self.mean, self.std)
 
     def train_stacked(self, x_uint8: torch.Tensor, idx: torch.Tensor, generators: list[torch.Generator]) -> torch.Tensor:
-        """The training batches of k clients at once: `x_uint8` k x n x C x H x W (each client's images), `idx`
-        k x B (each client's batch). Client i's batch is `train(x_uint8[i][idx[i]], generators[i])`, the same
-        draws from its generator, made with one gather and one host-to-device copy for all the clients."""
+        """The training batches of k clients at once: `x_uint8` N x C x H x W (the clients' images, one after
+        another), `idx` k x B (each client's batch: rows of x_uint8). Client i's batch is
+        `train(x_uint8[idx[i]], generators[i])`, the same draws from its generator, made with one gather and one
+        host-to-device copy for all the clients."""
         k, b = idx.shape
-        x = x_uint8[torch.arange(k, device=idx.device)[:, None], idx].flatten(0, 1)  # k B x C x H x W
+        x = x_uint8[idx.flatten()]  # k B x C x H x W
         if not self.augment:
             return self.eval(x).unflatten(0, (k, b))
         params = torch.cat([crop_flip_params(b, g) for g in generators], dim=1)  # 3 x k B

@@ -54,8 +54,30 @@ def precision_context(precision: str, device: torch.device):
     return plugin.forward_context()
 
 
+def batch_norm_in_stats_dtype(bn: nn.Module, args: tuple) -> tuple | None:
+    """Forward pre-hook on every BatchNorm of a client's model (`ClientModule` registers it): its input cast to
+    the dtype of its running statistics (of its weight where it keeps none), so that under bf16-mixed
+    BatchNorm runs in float32, like the norms autocast keeps in float32 (layer_norm, group_norm), in both
+    engines alike. Without it the fused engine fails under bf16-mixed: autocast leaves batch_norm in its
+    input's dtype (bfloat16 after an autocast convolution), and under vmap BatchNorm's batching rule
+    normalises with a stand-in weight of ones in the input's dtype beside the float32 running statistics;
+    the kernels read the statistics' dtype off the weight's (float32 statistics for a bfloat16 input only
+    with a float32 weight), so CUDA's backward fails (`Expected running_mean to have type BFloat16 but got
+    Float`), the CPU's forward too (`expected scalar type BFloat16 but found Float`, where autocast makes the
+    input bfloat16 under vmap: after a matmul, `tests/test_fused.py`). No change without autocast: the input
+    already has that dtype."""
+    ref = bn.running_mean if bn.running_mean is not None else bn.weight
+    x = args[0]
+    return None if ref is None or x.dtype == ref.dtype else (x.to(ref.dtype),)
+
+
 class NonFiniteLoss(RuntimeError):
     """A client's local loss became NaN or infinite."""
+
+
+def no_training_step(n: int, batch_size: int) -> ValueError:
+    """The error of a client fit with no step: fewer samples than a batch, and the last short batch dropped."""
+    return ValueError(f"no training step: {n} samples give no full batch of {batch_size} with drop_last.")
 
 
 class ClientModule(L.LightningModule):
@@ -77,6 +99,9 @@ class ClientModule(L.LightningModule):
         self.save_hyperparameters(dict(hparams or {}))
         self.lr, self.momentum, self.weight_decay = lr, momentum, weight_decay
         self.net = net
+        for m in net.modules():  # (copies of the model, such as MOON's frozen ones, keep the hook)
+            if isinstance(m, nn.modules.batchnorm._BatchNorm):
+                m.register_forward_pre_hook(batch_norm_in_stats_dtype)
         self.num_classes = net.num_classes
         self.round = 0
         self.payload: RoundPayload | None = None
@@ -234,5 +259,5 @@ def fit_local(module: ClientModule, x: torch.Tensor, y: torch.Tensor, epochs: in
     if not bool(finite):
         raise NonFiniteLoss("non-finite local loss")
     if steps == 0:
-        raise ValueError(f"no training step: {len(y)} samples give no full batch of {batch_size} with drop_last.")
+        raise no_training_step(len(y), batch_size)
     return float(total) / steps

@@ -23,11 +23,11 @@ architecture. Protocols with per-client test sets (clients with `test_indices`) 
 clients without a global model on a protocol of domain test sets, each on its domain's.
 
 Engines (`engine` in the config): `sequential` trains the clients one after
-another with `fit_local`; `fused` trains the clients of equal size (equal step
-counts) together as one batched computation with `fit_fused` (a client of a
-size no other client of the group has trains alone, with `fit_local`). Both give
-the same training; `auto` picks sequential on the CPU, fused on CUDA (docs/speed.md). Fused subgroups share
-an architecture.
+another with `fit_local`; `fused` trains the group's clients of one architecture
+(all of them, but FedProto-mh's) together as one batched computation with
+`fit_fused`, whatever their sizes (a client alone with its architecture trains
+with `fit_local`). Both give the same training; `auto` picks sequential on the
+CPU, fused on CUDA (docs/speed.md).
 """
 from __future__ import annotations
 
@@ -180,17 +180,17 @@ class ClientGroup:
                 "clients": [c["id"] for c in self.clients]}
 
     def subgroups(self, round_idx: int = 1) -> list[list[dict]]:
-        """Clients trained together in round `round_idx`: one by one (sequential), or those of equal size and
-        architecture (fused). In round 0 under `client_init="own"` one by one whatever the engine: every client
-        starts from its own weights, and what a module takes from its start weights outside its tensors (FedProx's
-        anchor, FedDyn's sent model, MOON's global model) would be the last client's for the whole subgroup."""
+        """Clients trained together in round `round_idx`: one by one (sequential), or those of one architecture
+        (fused: every client, but under FedProto-mh's per-client models). In round 0 under `client_init="own"` one
+        by one whatever the engine: every client starts from its own weights, and what a module takes from its
+        start weights outside its tensors (FedProx's anchor, FedDyn's sent model, MOON's global model) would be
+        the last client's for the whole subgroup."""
         if self.engine == "sequential" or self.cfg.starts_apart(round_idx):
             return [[c] for c in self.clients]
-        by_size: dict[tuple, list[dict]] = {}
+        by_arch: dict[tuple, list[dict]] = {}
         for c in self.clients:
-            key = (len(self.data[c["id"]][1]),) if METHODS[self.cfg.method].client_model is None else (len(self.data[c["id"]][1]), self.arch(c))
-            by_size.setdefault(key, []).append(c)
-        return list(by_size.values())
+            by_arch.setdefault(self.arch(c), []).append(c)
+        return list(by_arch.values())
 
     def start_weights(self, c: dict, global_state: State | None, round_idx: int | None = None) -> State:
         """Client c's weights before its fit of round `round_idx` (None: at the round's end, to test it): the

@@ -10,9 +10,9 @@ quadratic term through SGD's weight decay; h_k, the client's state (0 at first),
 accumulates w_k - w_sent after each round. This is the paper's
 CE - <g_k, w> + (alpha_k / 2) ||w - w_sent||^2 with g_k = -alpha_k h_k, up to a constant.
 SGD keeps the protocol's momentum 0.9; no gradient clipping (docs/deviations.md, 9).
-h_k is held in buffers `h_<i>` (one per parameter) so that the fused engine gives every
-client its own; alpha_k is a plain attribute, the same for the clients the fused engine
-trains together (they have the same size, hence the same share).
+h_k is held in buffers `h_<i>` (one per parameter) and alpha_k in the buffer `alpha_k`, so
+that the fused engine gives every client its own (clients of other sizes, hence other
+alpha_k, train in one stack); configure_optimizers reads each client's weight decay from it.
 
 Server: avg = the unweighted mean of the client models (`np.mean` over clients); the
 model sent to the clients is avg + drift, drift = sum over rounds of (avg - the model
@@ -39,7 +39,8 @@ class FedDynClient(ClientModule):
     def start_round(self, round_idx, payload, global_state, client_state=None):
         super().start_round(round_idx, payload, global_state, client_state)
         self.sent = [p.detach().clone() for p in self.net.parameters()]
-        self.alpha_k = client_state["alpha"]
+        p = self.sent[0]
+        self.register_buffer("alpha_k", torch.tensor(client_state["alpha"], dtype=p.dtype, device=p.device), persistent=False)
         for i, (h, p) in enumerate(zip(client_state["h"], self.sent)):
             self.register_buffer(f"h_{i}", h.detach().to(p).clone(), persistent=False)
 
@@ -49,11 +50,11 @@ class FedDynClient(ClientModule):
 
     def configure_optimizers(self):
         return torch.optim.SGD(self.net.parameters(), lr=self.lr, momentum=self.momentum,
-                               weight_decay=self.weight_decay + self.alpha_k)
+                               weight_decay=self.weight_decay + float(self.alpha_k))
 
     def client_state(self):
         h = [h + p.detach() - w for h, p, w in zip(self.hs(), self.net.parameters(), self.sent)]
-        return {"alpha": self.alpha_k, "h": h}
+        return {"alpha": float(self.alpha_k), "h": h}
 
 
 class FedDynServer(FedAvgServer):

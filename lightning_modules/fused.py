@@ -1,30 +1,35 @@
-"""The fused engine: several clients of one group trained as one batched computation.
+"""The fused engine: the clients of one group trained as one batched computation, whatever their sizes.
 
 The clients' own tensors (the module's parameters and buffers after each client's
-`start_round`: weights, BatchNorm statistics, prototype sums, FedDyn's h_k,
+`start_round`: weights, BatchNorm statistics, prototype sums, FedDyn's h_k and alpha_k,
 MOON's previous model) are stacked along a leading client dimension; the method's
-own hooks (`on_train_epoch_start`, `training_step`, hence `extra_loss`) run once for
-all of them through `torch.func.functional_call` under `torch.func.vmap`. Tensors
+own hooks (`on_train_epoch_start`, `training_step`, hence `extra_loss`) run for the
+clients through `torch.func.functional_call` under `torch.func.vmap`. Tensors
 named by the module's `shared_state` prefixes and plain attributes (payload, global
 weights) are the same for every client and are not batched.
 
 Training is the same as `fit_local` for each client: each client keeps its own
-generator (same shuffles and augmentation draws, in the same order), the loss is
-the sum of the clients' losses so each stacked slice gets its own client's
-gradient, and the module's optimiser (SGD: elementwise, momentum and weight decay
-included) applied to the stacked tensors is the per-client optimiser. The clients
-must have the same number of samples (same batches, same last short batch).
+generator (same shuffles and augmentation draws, in the same order) and takes its
+own number of steps per epoch (its samples over the batch size). At each step the
+clients that have a batch train, one vmapped call per batch size (a client's last
+batch may be short); when every client trains with batches of one size, the call
+takes the stack as it is, otherwise the clients' slices are gathered and what the
+hooks wrote in place (BatchNorm statistics, prototype sums) is put back. The loss
+is the sum of the clients' losses, so each slice gets its own client's gradient, and
+`StackedSGD` applies each client's own SGD (its `configure_optimizers`) to the
+slices of the clients that trained: a client without a batch at a step is left
+exactly as it was (weights, momentum buffers, statistics, sums).
 """
 from __future__ import annotations
 
-from itertools import chain
+from itertools import accumulate, chain
 from typing import Callable
 
 import torch
 from torch import nn
 from torch.func import functional_call, vmap
 
-from lightning_modules.base import ClientModule, NonFiniteLoss, batches, precision_context
+from lightning_modules.base import ClientModule, NonFiniteLoss, batches, no_training_step, precision_context
 
 
 class _Hooks(nn.Module):
@@ -50,6 +55,56 @@ def client_tensors(module: nn.Module) -> dict[str, torch.Tensor]:
     return dict(chain(module.named_parameters(), module.named_buffers()))
 
 
+def sgd_hyperparameters(optimizer: torch.optim.Optimizer) -> tuple[float, float, float]:
+    """(lr, momentum, weight decay) of a client's optimiser, which must be what `StackedSGD` applies: SGD with
+    one parameter group, no dampening, no Nesterov momentum, not maximising."""
+    group = optimizer.param_groups[0]
+    if (type(optimizer) is not torch.optim.SGD or len(optimizer.param_groups) != 1 or group["dampening"] != 0
+            or group["nesterov"] or group["maximize"]):
+        raise ValueError(f"the fused engine applies SGD with one parameter group, no dampening, no Nesterov momentum "
+                         f"(configure_optimizers gave {optimizer!r}); use --engine sequential.")
+    return group["lr"], group["momentum"], group["weight_decay"]
+
+
+class StackedSGD:
+    """`torch.optim.SGD` (dampening 0, no Nesterov) on tensors stacked along a leading client dimension, each
+    client with its own (lr, momentum, weight decay). `step(active)` updates the clients where the k-element
+    bool tensor `active` is true (None: every client) and leaves the others' slices of the weights and
+    momentum buffers as they were, bit for bit (for finite values).
+
+    Per client, as torch's: d = grad + weight_decay * w; buf = momentum * buf + d (the first time: d);
+    w = w - lr * buf. The buffers start at zero, so that a client's first update makes its buffer d exactly;
+    an inactive client's step is buf * 1 + d * 0 and w - 0 * buf.
+    """
+
+    def __init__(self, params: list[torch.Tensor], hyperparameters: list[tuple[float, float, float]]):
+        self.params = params
+        p = params[0]
+        self.lr, self.momentum, self.weight_decay = (torch.tensor(v, dtype=p.dtype, device=p.device)
+                                                     for v in zip(*hyperparameters))
+        self.buffers = [torch.zeros_like(q) for q in params]
+
+    def zero_grad(self) -> None:
+        for p in self.params:
+            p.grad = None
+
+    @torch.no_grad()
+    def step(self, active: torch.Tensor | None = None) -> None:
+        if active is not None:
+            trained = active.to(self.lr.dtype)
+            momentum, lr = torch.where(active, self.momentum, 1.0), self.lr * trained
+        else:
+            momentum, lr = self.momentum, self.lr
+        for p, buf in zip(self.params, self.buffers):
+            shape = (-1,) + (1,) * (p.dim() - 1)  # a client's coefficient over its slice
+            d = torch.addcmul(p.grad, p, self.weight_decay.view(shape))
+            if active is None:
+                buf.mul_(momentum.view(shape)).add_(d)
+            else:
+                buf.mul_(momentum.view(shape)).addcmul_(d, trained.view(shape))
+            p.addcmul_(buf, lr.view(shape), value=-1)
+
+
 def fit_fused(
     module: ClientModule,
     start_client: Callable[[int], None],
@@ -59,7 +114,7 @@ def fit_fused(
     generators: list[torch.Generator],
     drop_last: bool = False,
 ) -> tuple[list[float], Callable[[int], None]]:
-    """Train len(data) clients of equal size together.
+    """Train len(data) clients (of any sizes) together.
 
     `start_client(i)` puts client i's starting state into `module` (global weights,
     client state, `start_round`). Returns the clients' mean losses and `load(i)`,
@@ -67,13 +122,12 @@ def fit_fused(
     `local_prototypes` and `net.state_dict` read client i as after `fit_local`).
     Raises FusedNonFiniteLoss naming the first client whose loss was NaN or infinite.
     """
-    sizes = {len(y) for _, y in data}
-    if len(sizes) != 1:
-        raise ValueError(f"fused clients must have the same number of samples (got {sorted(sizes)}).")
-    (n,) = sizes
     k = len(data)
+    sizes = [len(y) for _, y in data]
+    if drop_last and min(sizes) < batch_size:
+        raise no_training_step(min(sizes), batch_size)
     shared_prefixes = tuple(module.shared_state)
-    per_client = []
+    per_client, hyperparameters = [], []
     for i in range(k):
         start_client(i)
         module.on_train_epoch_start()  # allocates the per-client tensors it resets (prototype sums)
@@ -82,54 +136,82 @@ def fit_fused(
         per_client.append({name: t.detach().clone(memory_format=torch.contiguous_format)
                            for name, t in client_tensors(module).items()
                            if not name.startswith(shared_prefixes)})
+        hyperparameters.append(sgd_hyperparameters(module.configure_optimizers()))  # FedDyn's differ by client
     template = client_tensors(module)
     stacked = {name: torch.stack([c[name] for c in per_client]) for name in per_client[0]}
     trainable = [name for name in stacked if isinstance(template[name], nn.Parameter) and template[name].requires_grad]
     for name in trainable:
         stacked[name].requires_grad_(True)
-    shared = {f"client.{name}": t.detach() for name, t in template.items() if name.startswith(shared_prefixes)}
+    # contiguous too: a channels_last weight (MOON's global model) makes channels_last activations, and on CUDA
+    # BatchNorm asks them `is_contiguous(memory_format=channels_last)`, which vmap does not answer (NYI)
+    shared = {f"client.{name}": t.detach().clone(memory_format=torch.contiguous_format)
+              for name, t in template.items() if name.startswith(shared_prefixes)}
     batched = {f"client.{name}": t for name, t in stacked.items()}
+    written = [f"client.{name}" for name in stacked if name not in trainable]  # what the hooks may write in place
     hooks = _Hooks(module)
 
-    def call(name: str, *tensors_in_dims):
+    def call(name: str):
         def one_client(state, *args):
             return functional_call(hooks, (state, shared), (name, *args))
         return one_client
 
-    base_opt = module.configure_optimizers()
-    optimizer = type(base_opt)([stacked[name] for name in trainable], **base_opt.defaults)
+    optimizer = StackedSGD([stacked[name] for name in trainable], hyperparameters)
     module.train()
     dtype = next(module.net.parameters()).dtype
-    x_all, y_all = (torch.stack(t) for t in zip(*data))  # k x n x C x H x W uint8, k x n: one gather per step
+    x_all, y_all = torch.cat([x for x, _ in data]), torch.cat([y for _, y in data])  # one gather per step
     device = x_all.device
-    total = torch.zeros(k, dtype=dtype, device=device)
-    finite = torch.ones(k, dtype=torch.bool, device=device)
-    steps = 0
+    starts = list(accumulate(sizes, initial=0))  # client i's samples: rows starts[i] to starts[i + 1] of x_all
+    on_device: dict[tuple[int, ...], tuple[torch.Tensor, torch.Tensor]] = {}
+
+    def rows(clients: tuple[int, ...]) -> tuple[torch.Tensor, torch.Tensor]:
+        """The clients' indices and their k-element mask, on the device (made once per set of clients)."""
+        if clients not in on_device:
+            index = torch.tensor(clients, device=device)
+            on_device[clients] = index, torch.zeros(k, dtype=torch.bool, device=device).index_fill_(0, index, True)
+        return on_device[clients]
+
+    def losses_of(clients: tuple[int, ...], idx: torch.Tensor, step: int) -> torch.Tensor:
+        """The losses of `clients`, whose batches at this step (`idx`, rows of x_all) have one size."""
+        xb = module.transform.train_stacked(x_all, idx, [generators[c] for c in clients]).to(dtype)
+        yb = y_all[idx]
+        whole = len(clients) == k
+        index = rows(clients)[0]
+        state = batched if whole else {name: t.index_select(0, index) for name, t in batched.items()}
+        training_step = call("training_step")
+        with precision_context(module.precision_mode, device):
+            # randomness="different": a model with dropout (FedProto's CNN) draws each client's masks apart
+            # (from torch's global stream, not the clients' generators: other draws than the sequential loop's)
+            losses = vmap(lambda s, xb, yb: training_step(s, (xb, yb), step), randomness="different")(state, xb, yb)
+        if not whole:  # what the hooks wrote into the gathered slices goes back into the stack
+            with torch.no_grad():
+                for name in written:
+                    batched[name].index_copy_(0, index, state[name])
+        return losses
+
+    total = torch.zeros(k, dtype=dtype, device=device)  # each client's sum of losses
+    steps = [0] * k
     for epoch in range(epochs):
         module.gather_prototypes = epoch == epochs - 1
         vmap(call("on_train_epoch_start"))(batched)
-        orders = [batches(n, batch_size, g, drop_last, device) for g in generators]
-        for i, idx in enumerate(zip(*orders)):
-            idx = torch.stack(idx)  # k x B
-            xb = module.transform.train_stacked(x_all, idx, generators).to(dtype)
-            yb = y_all.gather(1, idx)
-            step = call("training_step")
-            with precision_context(module.precision_mode, device):
-                # randomness="different": a model with dropout (FedProto's CNN) draws each client's masks apart
-                # (from torch's global stream, not the clients' generators: other draws than the sequential loop's)
-                losses = vmap(lambda s, xb, yb: step(s, (xb, yb), i), randomness="different")(batched, xb, yb)
-            optimizer.zero_grad(set_to_none=True)
-            losses.sum().backward()
-            optimizer.step()
-            losses = losses.detach()
-            finite &= torch.isfinite(losses)
-            total += losses
-            steps += 1
-    bad = torch.nonzero(~finite).flatten().tolist()
+        orders = [[b + start for b in batches(n, batch_size, g, drop_last, device)]
+                  for n, start, g in zip(sizes, starts, generators)]
+        for step in range(max(len(o) for o in orders)):
+            by_size: dict[int, list[int]] = {}  # the clients with a batch at this step, by its size
+            for c, order in enumerate(orders):
+                if step < len(order):
+                    by_size.setdefault(len(order[step]), []).append(c)
+                    steps[c] += 1
+            calls = [tuple(clients) for clients in by_size.values()]
+            losses = [losses_of(clients, torch.stack([orders[c][step] for c in clients]), step) for clients in calls]
+            optimizer.zero_grad()
+            sum(v.sum() for v in losses).backward()
+            active = tuple(sorted(chain(*calls)))
+            optimizer.step(None if len(active) == k else rows(active)[1])
+            for clients, v in zip(calls, losses):
+                total.index_add_(0, rows(clients)[0], v.detach())
+    bad = torch.nonzero(~torch.isfinite(total)).flatten().tolist()  # (a NaN or infinite loss makes its sum so)
     if bad:
         raise FusedNonFiniteLoss(bad[0])
-    if steps == 0:
-        raise ValueError(f"no training step: {n} samples give no full batch of {batch_size} with drop_last.")
 
     def load(i: int) -> None:
         with torch.no_grad():
@@ -137,4 +219,4 @@ def fit_fused(
                 if name in stacked:
                     t.copy_(stacked[name][i])
 
-    return [float(v) / steps for v in total.cpu()], load
+    return [float(v) / s for v, s in zip(total.cpu(), steps)], load

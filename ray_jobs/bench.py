@@ -198,10 +198,10 @@ def input_batches(device, clients: int, n: int, repeats: int) -> tuple[float, fl
     from benchmark.transforms import Transform
     from lightning_modules.base import augmented_batch
 
-    x = torch.randint(0, 256, (clients, n, 3, 32, 32), dtype=torch.uint8, device=device)
-    idx = torch.stack([torch.randperm(n, device=device)[:64] for _ in range(clients)])
+    x = torch.randint(0, 256, (clients * n, 3, 32, 32), dtype=torch.uint8, device=device)  # client i: rows i n...
+    idx = torch.stack([torch.randperm(n, device=device)[:64] + i * n for i in range(clients)])
     t, gens = Transform(), [torch.Generator().manual_seed(i) for i in range(clients)]
-    per_client = lambda: torch.stack([augmented_batch(x[i], x[i, :, 0, 0, 0], idx[i], g, torch.float32, t)[0]  # noqa: E731
+    per_client = lambda: torch.stack([augmented_batch(x, x[:, 0, 0, 0], idx[i], g, torch.float32, t)[0]  # noqa: E731
                                       for i, g in enumerate(gens)])
     stacked = lambda: t.train_stacked(x, idx, gens)  # noqa: E731
     steps = 20

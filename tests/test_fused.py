@@ -1,30 +1,40 @@
 """The fused engine trains exactly what the one-client-at-a-time loop trains, for every method.
 
 Each method runs 2 rounds (its own server rule making the global model and the
-payload between rounds; round 1 uses the payload and the per-client state of round 0) through two client groups that differ only in the engine,
-on real USPS images with clients of unequal size (two sizes shared by several
-clients, one client alone), a tiny BatchNorm network, in float64: weights,
+payload between rounds; round 1 uses the payload and the per-client state of round 0) through two client groups
+that differ only in the engine, on real USPS images with clients of unequal size (10, 7 and 5 samples, batches of
+4: 3, 2 and 2 steps an epoch, last batches of 2, 3 and 1; with drop_last 2, 1 and 1 steps), all trained as one
+stack, a tiny BatchNorm network, in float64: weights,
 BatchNorm statistics (in the weighted sums and in MOON's per-client state),
 prototypes, losses and per-client state must agree within relative 1e-9.
+Under bf16-mixed they agree within what bfloat16 rounding moves the same round
+(`test_fused_equals_sequential_under_bf16_mixed`).
 """
 from __future__ import annotations
 
+import copy
 import dataclasses
 
 import numpy as np
 import pytest
 import torch
+import torch.nn.functional as F
+from torch import nn
 
 from benchmark.data import to_tensor_images
+from benchmark.models import build_model
+from lightning_modules.base import NonFiniteLoss, fit_local
 from lightning_modules.clients import ClientGroup, resolve_engine
-from lightning_modules.fused import fit_fused
+from lightning_modules.fedavg import FedAvgClient
+from lightning_modules.fused import StackedSGD, fit_fused
 from lightning_modules.registry import METHODS
 from lightning_modules.server import weighted_mean
 from ray_jobs.config import RunConfig
 
 from tiny_net import TinyNet
 
-SIZES = {0: 10, 1: 7, 2: 10, 3: 5, 4: 7}  # client id -> samples: 2 of 10, 2 of 7, 1 of 5
+SIZES = {0: 10, 1: 7, 2: 10, 3: 5, 4: 7}  # client id -> samples: 2 of 10, 2 of 7, 1 of 5 (batches of 4)
+ONE_MODEL = sorted(m for m in METHODS if METHODS[m].client_model is None)  # TinyNet: one model for every client
 
 
 @pytest.fixture(scope="module")
@@ -38,7 +48,7 @@ def shards(data_root):
     return out
 
 
-def make_group(method: str, engine: str, shards, dtype, precision="32-true", **protocol) -> ClientGroup:
+def make_group(method: str, engine: str, shards, dtype, precision="32-true", lr=0.05, **protocol) -> ClientGroup:
     spec = METHODS[method]
     group = ClientGroup.__new__(ClientGroup)
     # the methods that keep no global model are tested on FedProto's protocol (its cfg; the data here is injected)
@@ -48,7 +58,7 @@ def make_group(method: str, engine: str, shards, dtype, precision="32-true", **p
     mean = sum(SIZES.values()) / len(SIZES)  # the driver's data_share (FedDyn's alpha_k)
     group.clients = [{"id": c, "domain": "usps", "data_share": n / mean} for c, n in SIZES.items()]
     group.data = shards
-    group.module = spec.client(TinyNet(10), spec.defaults, lr=0.05, momentum=0.9, weight_decay=1e-3)
+    group.module = spec.client(TinyNet(10), spec.defaults, lr=lr, momentum=0.9, weight_decay=1e-3)
     group.module.to(dtype)
     group.module.precision_mode = precision
     group.client_states = {}
@@ -56,22 +66,29 @@ def make_group(method: str, engine: str, shards, dtype, precision="32-true", **p
     return group
 
 
-def run_rounds(method, engine, shards, dtype, rounds=2, precision="32-true", **protocol):
-    """The driver's round for one group: train, weighted mean, server rule, payload."""
+def run_rounds(method, shards, variants, rounds=2, lr=0.05, **protocol):
+    """The driver's rounds for one group per variant (engine, dtype, precision), in lockstep: in each round every
+    group trains from the global state, payload, client states and own models the first group reached.
+    Returns per variant per round (train's result, the client states after it)."""
     spec = METHODS[method]
     torch.manual_seed(0)
-    state = {k: v.to(dtype) for k, v in TinyNet(10).state_dict().items()}
+    state = {k: v.to(variants[0][1]) for k, v in TinyNet(10).state_dict().items()}
     keys = [k for k, _ in TinyNet(10).named_parameters()]
     rule = spec.server(spec.defaults, 10, TinyNet.feature_dim, 10, keys)  # of 10 rounds: FedProc's weight a > 0
-    group, payload, results = make_group(method, engine, shards, dtype, precision, **protocol), None, []
+    groups = [make_group(method, engine, shards, dtype, precision, lr, **protocol) for engine, dtype, precision in variants]
+    payload, results = None, [[] for _ in variants]
     for r in range(rounds):
-        res = group.train(state, payload, r)
+        before = (groups[0].client_states, groups[0].own_models)
+        for group, out in zip(groups, results):
+            group.client_states, group.own_models = copy.deepcopy(before)
+            res = group.train(state, payload, r)
+            if not rule.averages_weights:  # no sum: compare every client's own model instead
+                res["sum"] = {f"{c}.{k}": v.clone() for c, own in group.own_models.items() for k, v in own.items()}
+            out.append((res, {c: group.client_states.get(c) for c in SIZES}))
+        first = results[0][-1][0]
         if rule.averages_weights:
-            state = rule.aggregate(state, weighted_mean([res["sum"]], [res["weight"]]), r)
-        else:  # no sum: compare every client's own model instead
-            res["sum"] = {f"{c}.{k}": v.clone() for c, own in group.own_models.items() for k, v in own.items()}
-        payload = rule.payload(res["protos"], r)
-        results.append((res, {c: group.client_states.get(c) for c in SIZES}))
+            state = rule.aggregate(state, weighted_mean([first["sum"]], [first["weight"]]), r)
+        payload = rule.payload(first["protos"], r)
     return results
 
 
@@ -99,10 +116,14 @@ def max_rel_diff(a, b) -> float:
     return worst
 
 
-@pytest.mark.parametrize("method", sorted(m for m in METHODS if METHODS[m].client_model is None))  # TinyNet: one model
-def test_fused_equals_sequential_in_float64(method, shards):
-    seq = run_rounds(method, "sequential", shards, torch.float64)
-    fused = run_rounds(method, "fused", shards, torch.float64)
+@pytest.mark.parametrize("drop_last", [False, True])
+@pytest.mark.parametrize("method", ONE_MODEL)
+def test_fused_equals_sequential_in_float64(method, drop_last, shards):
+    """One stack for the 5 clients: at each step the clients that have a batch, one vmapped call per batch size
+    (step 1: sizes 4, 3 and 1; step 2: the clients of 10 alone, or with drop_last step 1 the clients of 10 alone),
+    the others left untouched."""
+    seq, fused = run_rounds(method, shards, [("sequential", torch.float64, "32-true"), ("fused", torch.float64, "32-true")],
+                            drop_last=drop_last)
     for (rs, cs_s), (rf, cs_f) in zip(seq, fused):
         spec = METHODS[method]  # the rule's weights: sample counts, or 1 per client (FedOpt, FedDyn)
         weights = sum(spec.server.client_weight(spec.defaults, n) for n in SIZES.values()) if spec.server.averages_weights else 0
@@ -127,16 +148,16 @@ def test_fused_equals_sequential_when_clients_start_from_their_own_weights(metho
     stacked tensors; round 0 then trains one by one, round 1 fused, the same training as sequential."""
     group = make_group(method, "fused", shards, torch.float64, client_init="own")
     assert [[c["id"] for c in g] for g in group.subgroups(0)] == [[c] for c in SIZES]
-    assert [[c["id"] for c in g] for g in group.subgroups(1)] == [[0, 2], [1, 4], [3]]
-    seq = run_rounds(method, "sequential", shards, torch.float64, client_init="own")
-    fused = run_rounds(method, "fused", shards, torch.float64, client_init="own")
+    assert [[c["id"] for c in g] for g in group.subgroups(1)] == [list(SIZES)]
+    seq, fused = run_rounds(method, shards, [("sequential", torch.float64, "32-true"), ("fused", torch.float64, "32-true")],
+                            client_init="own")
     for (rs, cs_s), (rf, cs_f) in zip(seq, fused):
         assert max_rel_diff(rf["sum"], rs["sum"]) < 1e-9
         assert max_rel_diff(rf["losses"], rs["losses"]) < 1e-9
         if cs_s[0] is not None:  # FedDyn's correction, MOON's previous model
             assert max_rel_diff(cs_f, cs_s) < 1e-9
     # the clients did start apart: round 0's sum is not what the shared start gives
-    shared = run_rounds(method, "sequential", shards, torch.float64, rounds=1)
+    (shared,) = run_rounds(method, shards, [("sequential", torch.float64, "32-true")], rounds=1)
     assert max_rel_diff(shared[0][0]["sum"], seq[0][0]["sum"]) > 1e-3
 
 
@@ -144,35 +165,184 @@ def test_fused_equals_sequential_in_float32(shards):
     """float32: equal within rounding, amplified by 2 rounds of training (README quotes the size)."""
     worst = 0.0
     for method in ("fpl", "moon"):
-        seq = run_rounds(method, "sequential", shards, torch.float32)
-        fused = run_rounds(method, "fused", shards, torch.float32)
+        seq, fused = run_rounds(method, shards, [("sequential", torch.float32, "32-true"), ("fused", torch.float32, "32-true")])
         for (rs, _), (rf, _) in zip(seq, fused):
-            worst = max(worst, max_rel_diff(rf["sum"], rs["sum"]), max_rel_diff(rf["protos"], rs["protos"]),
-                        max_rel_diff(rf["losses"], rs["losses"]))
+            worst = max(worst, *(max_rel_diff(rf[k], rs[k]) for k in ("sum", "protos", "losses")))
     print(f"float32 fused vs sequential: largest difference relative to the tensor's largest entry {worst:.1e}")
     assert worst < 1e-4
 
 
-def test_bf16_mixed_runs_in_both_engines(shards):
-    """bf16-mixed (Lightning's autocast plugin) is applied: losses move off float32's by bfloat16
-    rounding, not more; both engines run under it and stay close."""
-    ref = run_rounds("fpl", "sequential", shards, torch.float32)
-    seq = run_rounds("fpl", "sequential", shards, torch.float32, precision="bf16-mixed")
-    fused = run_rounds("fpl", "fused", shards, torch.float32, precision="bf16-mixed")
+@pytest.mark.parametrize("method", ONE_MODEL)
+def test_fused_equals_sequential_under_bf16_mixed(method, shards):
+    """bf16-mixed (Lightning's autocast plugin) in both engines, float32 weights, each round from the same inputs.
+
+    The tolerance is what bfloat16 rounding moves the same round: d, the largest difference between the
+    sequential round under bf16-mixed and under 32-true (weights, statistics, prototypes, losses; relative to
+    each tensor's largest entry). Autocast rounds the inputs of convolutions and matrix products to bfloat16's
+    8 significant bits; the fused and the sequential rounds round different values (other kernels; on the CPU
+    autocast does not even reach the fused engine's convolutions, which run in float32 under vmap, where it
+    does on CUDA), so each departs from the 32-true round by about d (measured: fused vs sequential
+    0.46 d to 1.16 d) and they may differ from each other by up to 2 d. Learning rate 0.01: at the other tests'
+    0.05 FedPLVM's round (lambda 100, tau 0.07, cos^0.25) turns bfloat16 rounding into changes as large as
+    the weights, where no tolerance is informative.
+    """
+    variants = [("sequential", torch.float32, "32-true"), ("sequential", torch.float32, "bf16-mixed"),
+                ("fused", torch.float32, "bf16-mixed")]
+    ref, seq, fused = run_rounds(method, shards, variants, lr=0.01)
     for (r32, _), (rs, _), (rf, _) in zip(ref, seq, fused):
-        assert 0 < max_rel_diff(rs["losses"], r32["losses"]) < 0.05
-        assert max_rel_diff(rf["losses"], rs["losses"]) < 0.05
+        d = max(max_rel_diff(rs[k], r32[k]) for k in ("sum", "protos", "losses"))
+        assert 1e-3 < d < 0.3  # bfloat16 was applied (float32 rounding alone moves these by < 1e-4), and is rounding
+        for k in ("sum", "protos", "losses"):
+            assert max_rel_diff(rf[k], rs[k]) <= 2 * d, k
+        assert all(np.isfinite(v) for v in rf["losses"].values())
 
 
-def test_fit_fused_refuses_clients_of_unequal_size(shards):
+class MatmulBatchNormNet(nn.Module):
+    """TinyNet's interface, its BatchNorm after a bias-free linear layer: under vmap on the CPU autocast makes
+    that layer's output bfloat16 (it does not reach a convolution there), as a convolution's is on CUDA."""
+
+    feature_dim = 6
+
+    def __init__(self, num_classes: int = 10):
+        super().__init__()
+        self.num_classes = num_classes
+        self.fc = nn.Linear(3 * 8 * 8, 6, bias=False)
+        self.bn = nn.BatchNorm1d(6)
+        self.classifier = nn.Linear(6, num_classes)
+
+    def features(self, x):
+        return F.relu(self.bn(self.fc(F.avg_pool2d(x, 4).flatten(1))))
+
+    def forward(self, x):
+        z = self.features(x)
+        return self.classifier(z), z
+
+
+def test_fused_batch_norm_of_a_bfloat16_input_under_bf16_mixed(shards):
+    """The CUDA failure of the fused engine under bf16-mixed (`Expected running_mean to have type BFloat16 but got
+    Float`, in the backward): BatchNorm's batching rule under vmap normalises with a stand-in weight in its input's
+    dtype beside the float32 running statistics, a mix the kernels refuse. The CPU's forward refuses it too
+    (`expected scalar type BFloat16 but found Float`) where autocast makes the input bfloat16 under vmap: after
+    a matrix product. Every BatchNorm's input is cast to its statistics' dtype (`batch_norm_in_stats_dtype`):
+    the fused engine trains, every BatchNorm ran in float32, in both engines."""
+    module = FedAvgClient(MatmulBatchNormNet(10), lr=0.05)
+    module.precision_mode = "bf16-mixed"
+    start = copy.deepcopy(module.net.state_dict())
+    seen = {"fc": set(), "bn": set()}
+    module.net.fc.register_forward_hook(lambda m, args, out: seen["fc"].add(out.dtype))
+    module.net.bn.register_forward_pre_hook(lambda m, args: seen["bn"].add(args[0].dtype))  # after the cast
+    data = [shards[0], shards[2]]
+    losses, load = fit_fused(module, lambda i: module.start_round(0, None, start), data, 2, 4,
+                             [torch.Generator().manual_seed(i) for i in range(2)])
+    assert seen == {"fc": {torch.bfloat16}, "bn": {torch.float32}}  # autocast did reach the layer before it
+    load(1)
+    fused = copy.deepcopy(module.net.state_dict())
+    module.start_round(0, None, start)  # the same client alone, sequential: BatchNorm in float32 there too
+    seen["bn"].clear()
+    fit_local(module, *data[1], 2, 4, torch.Generator().manual_seed(1))
+    assert seen["bn"] == {torch.float32} and module.net.bn.running_mean.dtype == torch.float32
+    assert all(np.isfinite(losses)) and fused["bn.num_batches_tracked"] == 6  # 2 epochs x 3 batches of 10 samples
+    assert max_rel_diff(fused, module.net.state_dict()) < 0.05  # bfloat16 rounding apart (the matmul: the same)
+
+
+def test_fused_moon_on_a_channels_last_model_keeps_vmap_tensors_contiguous(shards):
+    """The CUDA failure of MOON with the fused engine (`NYI: querying is_contiguous inside of vmap for memory_format
+    other than torch.contiguous_format`): `build_model` makes models channels_last, and MOON's global model,
+    kept once for all clients (`shared_state`), went into the vmapped call as it was: its channels_last weights
+    made channels_last activations, of which cuDNN's BatchNorm takes `input.contiguous(input.suggest_memory_format())`,
+    a question vmap does not answer for channels_last (the same NYI on the CPU). Every tensor the engine passes
+    (per client and shared) is now contiguous; the same query is made here on every BatchNorm input inside
+    the vmapped call, and it must not raise."""
+    spec = METHODS["moon"]
+    torch.manual_seed(0)
+    module = spec.client(build_model("resnet10", 10), spec.defaults)
+    assert module.global_net.conv1.weight.is_contiguous(memory_format=torch.channels_last)
+    start = copy.deepcopy(module.net.state_dict())
+    checked = []
+
+    def like_cudnn(m, args):
+        x = args[0]
+        channels_last = x.dim() == 4 and x.stride() == torch.empty(x.shape).to(memory_format=torch.channels_last).stride()
+        x.contiguous(memory_format=torch.channels_last if channels_last else torch.contiguous_format)
+        checked.append(all(t.is_contiguous() for t in (*m.parameters(), *m.buffers())))
+
+    for m in module.modules():
+        if isinstance(m, nn.BatchNorm2d):
+            m.register_forward_pre_hook(like_cudnn)
+    data = [(x[:6], y[:6]) for x, y in (shards[0], shards[2])]
+    losses, _ = fit_fused(module, lambda i: module.start_round(0, None, start), data, 1, 4,
+                          [torch.Generator().manual_seed(i) for i in range(2)])
+    batch_norms = sum(isinstance(m, nn.BatchNorm2d) for m in module.modules())  # of the trained, global, previous models
+    assert batch_norms == 36 and len(checked) == 2 * batch_norms  # every one in each of 2 steps
+    assert all(checked) and all(np.isfinite(losses))
+
+
+def test_fit_fused_refuses_a_client_without_a_step_as_fit_local_does(shards):
     group = make_group("fedavg", "fused", shards, torch.float64)
-    with pytest.raises(ValueError, match="same number of samples"):
-        fit_fused(group.module, lambda i: None, [shards[0], shards[1]], 1, 4, [torch.Generator()] * 2)
+    with pytest.raises(ValueError, match="no training step: 5 samples give no full batch of 6 with drop_last"):
+        fit_fused(group.module, lambda i: None, [shards[0], shards[3]], 1, 6, [torch.Generator()] * 2, drop_last=True)
+    with pytest.raises(ValueError, match="no training step: 5 samples give no full batch of 6 with drop_last"):
+        fit_local(group.module, *shards[3], 1, 6, torch.Generator(), drop_last=True)
 
 
-def test_engine_groups_clients_of_equal_size(shards):
+def test_a_client_without_a_batch_is_left_exactly_as_it_was(shards):
+    """Client B (7 samples: 2 steps an epoch) trained beside A (10 samples: 3 steps, the third alone) ends bit for bit
+    as beside A' (A's first 8 samples: 2 steps): A's third step leaves B's weights, momentum buffers (they steer
+    B's second epoch), BatchNorm statistics, step count and prototype sums exactly as they were. FedDyn: B's own
+    alpha_k and weight decay (its size's) beside A's."""
+    state = {k: v.double() for k, v in TinyNet(10).state_dict().items()}
+    for method in ("fedavg", "feddyn"):
+        ends = []
+        for a in (shards[0], (shards[0][0][:8], shards[0][1][:8])):
+            group = make_group(method, "fused", shards, torch.float64)
+            group.clients = [{"id": 0, "domain": "usps", "data_share": 1.2}, {"id": 1, "domain": "usps", "data_share": 0.8}]
+            _, load = fit_fused(group.module, lambda i: group.start_client(group.clients[i], state, None, 0),
+                                [a, shards[1]], 2, 4, [torch.Generator().manual_seed(i) for i in range(2)])
+            load(1)
+            ends.append({k: v.clone() for k, v in {**dict(group.module.named_parameters()),
+                                                   **dict(group.module.named_buffers())}.items()})
+        assert ends[0].keys() == ends[1].keys() and "net.bn.num_batches_tracked" in ends[0]
+        for k in ends[0]:
+            assert torch.equal(ends[0][k], ends[1][k]), (method, k)
+
+
+def test_a_non_finite_loss_in_the_stack_names_its_client(shards):
+    """Client 3 (5 samples, the stack's shortest) starts round 0 from NaN weights: the group names it, the others'
+    finite losses notwithstanding."""
+    group = make_group("fedavg", "fused", shards, torch.float64, test_faults={"nan_loss": [0, 3]})
+    state = {k: v.double() for k, v in TinyNet(10).state_dict().items()}
+    with pytest.raises(NonFiniteLoss, match=r"^non-finite loss in round 0, client 3 \(usps\), method fedavg;"):
+        group.train(state, None, 0)
+
+
+def test_stacked_sgd_is_each_clients_torch_sgd_and_leaves_the_others_untouched():
+    """StackedSGD against torch.optim.SGD run for each client alone (its own lr, momentum, weight decay; momentum
+    0 and weight decay 0 included), over steps where some clients do not train: a trained client's slice is torch's
+    update, a client that does not train keeps its weights and momentum buffer bit for bit (its next update
+    continues from its buffer: torch's state after its own steps only)."""
+    torch.manual_seed(0)
+    hyper = [(0.1, 0.9, 1e-3), (0.05, 0.0, 0.0), (0.2, 0.5, 1e-2)]
+    w = torch.randn(3, 4, 5, dtype=torch.float64)
+    stacked = StackedSGD([w], hyper)
+    own = [w[i].clone().requires_grad_(True) for i in range(3)]
+    torch_sgd = [torch.optim.SGD([p], lr=lr, momentum=m, weight_decay=wd) for p, (lr, m, wd) in zip(own, hyper)]
+    for active in (None, [True, False, True], [False, True, False], None, [True, True, False]):
+        grad = torch.randn(3, 4, 5, dtype=torch.float64)
+        before = (w.clone(), stacked.buffers[0].clone())
+        w.grad = grad.clone()
+        stacked.step(None if active is None else torch.tensor(active))
+        for i, (p, opt) in enumerate(zip(own, torch_sgd)):
+            if active is None or active[i]:
+                p.grad = grad[i].clone()
+                opt.step()
+                torch.testing.assert_close(w[i], p.detach(), rtol=1e-15, atol=1e-15)
+            else:
+                assert torch.equal(w[i], before[0][i]) and torch.equal(stacked.buffers[0][i], before[1][i])
+
+
+def test_fused_engine_trains_a_group_as_one_stack(shards):
     group = make_group("fedavg", "fused", shards, torch.float64)
-    assert [[c["id"] for c in g] for g in group.subgroups()] == [[0, 2], [1, 4], [3]]
+    assert [[c["id"] for c in g] for g in group.subgroups()] == [list(SIZES)]
     group.cfg = dataclasses.replace(group.cfg, engine="sequential")
     assert [[c["id"] for c in g] for g in group.subgroups()] == [[c] for c in SIZES]
 

@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from benchmark.config import RunConfig
 from benchmark.results import read_jsonl
+from ray_jobs.config import RunConfig
 from ray_jobs.run import RunError
 from ray_jobs.sweep import execute, main
 
@@ -101,7 +101,7 @@ def test_ctrl_c_stops_every_worker_and_the_same_sweep_resumes_their_runs(data_ro
     error.txt; the same sweep again resumes both after their last checkpoint and completes them."""
     script = textwrap.dedent(f"""
         import sys
-        from benchmark.config import RunConfig
+        from ray_jobs.config import RunConfig
         from ray_jobs.run import RunError
         from ray_jobs.sweep import execute
         runs = [RunConfig(method=m, out={str(tmp_path)!r} + "/" + m, name=m, rounds=3, data_root={str(data_root)!r},

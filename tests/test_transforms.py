@@ -132,17 +132,18 @@ def test_train_stacked_is_each_clients_train_batch(batch, transform):
     """The fused engine's input: k clients' batches with one gather equal each client's own `train` batch,
     bit for bit, and leave each client's generator where its own draws would."""
     k, b = 3, 10
-    x = torch.stack([batch[:20], batch[20:40], batch[40:60]])  # 3 clients of 20 images
-    idx = torch.stack([torch.randperm(20, generator=torch.Generator().manual_seed(i))[:b] for i in range(k)])
+    clients = [batch[:20], batch[20:32], batch[32:60]]  # 3 clients of 20, 12 and 28 images, one after another
+    idx = torch.stack([torch.randperm(len(x), generator=torch.Generator().manual_seed(i))[:b] + start
+                       for i, (x, start) in enumerate(zip(clients, (0, 20, 32)))])
     gens = [torch.Generator().manual_seed(10 + i) for i in range(k)]
-    out = transform.train_stacked(x, idx, gens)
+    out = transform.train_stacked(torch.cat(clients), idx, gens)
     refs = [torch.Generator().manual_seed(10 + i) for i in range(k)]
-    ref = torch.stack([transform.train(x[i][idx[i]], refs[i]) for i in range(k)])
+    ref = torch.stack([transform.train(x[i - start], r) for x, i, start, r in zip(clients, idx, (0, 20, 32), refs)])
     assert out.shape == (k, b, 3, 32, 32) and torch.equal(out, ref)
     for g, r in zip(gens, refs):  # the same number of draws from every generator
         assert torch.equal(g.get_state(), r.get_state())
     if transform.augment:  # the clients' draws differ: not one client's augmentation repeated
-        assert not torch.equal(out[0], transform.train(x[0][idx[0]], torch.Generator().manual_seed(11)))
+        assert not torch.equal(out[0], transform.train(clients[0][idx[0]], torch.Generator().manual_seed(11)))
 
 
 def _erasing_params_one(u_apply, u_area, u_logr, u_pos, h, w, p=0.5):
