@@ -58,8 +58,8 @@ def test_tables_1_and_2_beside_the_paper(smoke):
     md = (smoke / "tablefedplvm12.md").read_text()
     assert "accuracy after the final round" in md and "Preset fedplvm-digit5: 2 rounds" in md
     assert "stands in" not in md  # no Synth run here (below: the line of a run with it)
-    assert "| fedpcl (not implemented) | – (88.84) |  | – (84.74) |" in md  # the paper's values, no run
-    assert "| fedfa (not implemented) | – (56.46) |  | – (60.00) |" in md
+    assert "| fedpcl (not implemented) | – (88.84) | not run | – (84.74) |" in md  # the paper's values, no run
+    assert "| fedfa (not implemented) | – (56.46) | not run | – (60.00) |" in md
     assert not any((smoke / "runs").glob("fedpcl*")) and not any((smoke / "runs").glob("fedfa*"))
 
 

@@ -41,7 +41,8 @@ def metrics(out: Path) -> list:
 
 def summary(out: Path) -> dict:
     s = json.loads((out / "summary.json").read_text())
-    s.pop("wall_time_s")
+    for when in ("wall_time_s", "finished_utc"):  # how long and when: not what the run computed
+        s.pop(when)
     return s
 
 
