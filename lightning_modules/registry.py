@@ -16,6 +16,7 @@ from typing import Callable
 from lightning_modules.fedapc import FedAPCClient, FedAPCServer
 from lightning_modules.fedavg import FedAvgClient, FedAvgServer
 from lightning_modules.feddyn import FedDynClient, FedDynServer
+from lightning_modules.fedfa import FedFAClient, FedFAServer
 from lightning_modules.fedopt import FedOptServer
 from lightning_modules.fedplvm import FedPLVMClient, FedPLVMServer
 from lightning_modules.fedproc import FedProcClient, FedProcServer
@@ -242,6 +243,29 @@ fedplvm_variant("fedplvm_no_global_clustering", "Table 4 w/o: every local cluste
 fedplvm_variant("fedplvm_no_loss", "Table 5: neither contrast nor correction (CE only)", contrast=False, correction=False)
 fedplvm_variant("fedplvm_contrast_only", "Table 5: the alpha-sparsity contrast only", correction=False)
 fedplvm_variant("fedplvm_correction_only", "Table 5: the correction term only", contrast=False)
+
+
+def _check_fedfa(hp):
+    _positive("eps")(hp)
+    for n in ("p", "momentum"):
+        v = hp[n]
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 <= v <= 1:
+            raise HyperparameterError(f"{n} must be a number in [0, 1] (got {v!r}).")
+    _choices(client_variance=("channel", "all"))(hp)
+
+
+register(Method(
+    name="fedfa", client=FedFAClient, server=FedFAServer,
+    defaults=dict(
+        p=0.5,  # probability that an FFA layer re-styles a training batch (one draw per layer and step, as the code)
+        momentum=0.99,  # of the running channel mean and std each client keeps (the code's momentum1)
+        eps=1e-6,  # added to every variance, as the code
+        # the server's variance of the clients' running statistics: per "channel" (the paper's equations) or over
+        # "all" channels and clients at once (the code's torch.var, then broadcast: gamma = 1) (dev. 30)
+        client_variance="channel",
+    ),
+    validate=_check_fedfa, description="FedFA: feature-statistics augmentation after each convolutional stage",
+))
 
 
 def _check_fedapc(hp):
