@@ -17,6 +17,7 @@ from lightning_modules.fedapc import FedAPCClient, FedAPCServer
 from lightning_modules.fedavg import FedAvgClient, FedAvgServer
 from lightning_modules.feddyn import FedDynClient, FedDynServer
 from lightning_modules.fedfa import FedFAClient, FedFAServer
+from lightning_modules.fedpcl import FedPCLClient, FedPCLServer
 from lightning_modules.fedopt import FedOptServer
 from lightning_modules.fedplvm import FedPLVMClient, FedPLVMServer
 from lightning_modules.fedproc import FedProcClient, FedProcServer
@@ -38,6 +39,15 @@ def _positive(*names):
             v = hp[n]
             if isinstance(v, bool) or not isinstance(v, (int, float)) or not v > 0:
                 raise HyperparameterError(f"{n} must be a number > 0 (got {v!r}).")
+    return check
+
+
+def _positive_int(*names):
+    def check(hp):
+        for n in names:
+            v = hp[n]
+            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+                raise HyperparameterError(f"{n} must be an integer >= 1 (got {v!r}).")
     return check
 
 
@@ -267,13 +277,22 @@ register(Method(
     validate=_check_fedfa, description="FedFA: feature-statistics augmentation after each convolutional stage",
 ))
 
+register(Method(
+    name="fedpcl", client=FedPCLClient, server=FedPCLServer,
+    defaults=dict(
+        tau=0.07,  # temperature of the prototype contrastive loss (the code's ConLoss, base temperature 0.07)
+        proj_dim=256,  # output of the projection head Linear(feature, proj_dim) -> ReLU -> L2 normalisation
+        global_term=False,  # also contrast against the global prototypes (the paper's term; the code has none) (dev. 31)
+    ),
+    validate=_all(_positive("tau"), _positive_int("proj_dim"), _boolean("global_term")),
+    description="FedPCL: prototype contrast against every client's prototypes, prototypes only, no pre-trained backbone",
+))
+
 
 def _check_fedapc(hp):
     _positive("tau")(hp)
     _boolean("augment")(hp)
-    v = hp["n_views"]
-    if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-        raise HyperparameterError(f"n_views must be an integer >= 1 (got {v!r}).")
+    _positive_int("n_views")(hp)
 
 
 FEDAPC_DEFAULTS = dict(  # the paper states none of these; docs/fedapc.md gives the reasons
