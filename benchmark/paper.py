@@ -78,7 +78,6 @@ FEDPLVM_TABLE12 = {
     "fpl": _plvm([90.12, 36.78, 86.10, 57.36, 64.02, 66.88], [54.38, 38.24, 61.25, 80.34, 58.55]),
     "fedplvm": _plvm([90.70, 42.08, 86.24, 60.08, 67.16, 69.25], [57.03, 42.71, 61.50, 81.36, 60.65]),
 }
-FEDPLVM_NOT_IMPLEMENTED = ("fedpcl", "fedfa")  # rows of its Tables 1 and 2 this benchmark has no method for
 
 # Table 3 (Digit-5): local / global prototype generation; cluster/cluster is FedPLVM (a single run, Appendix H)
 FEDPLVM_TABLE3 = {

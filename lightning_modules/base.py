@@ -92,6 +92,7 @@ class ClientModule(L.LightningModule):
     shared_state: tuple[str, ...] = ()
     precision_mode = "32-true"  # the engines run the forward passes under precision_context(precision_mode)
     transform = Transform()  # the protocol's batch transform (the client group sets the dataset's)
+    eval_batch = 500  # images per forward pass of `eval_features`
 
     def __init__(self, net: nn.Module, hparams: dict | None = None, *, lr: float = 0.01, momentum: float = 0.9,
                  weight_decay: float = 1e-5):
@@ -178,6 +179,20 @@ class ClientModule(L.LightningModule):
 
     def configure_optimizers(self):
         return torch.optim.SGD(self.net.parameters(), lr=self.lr, momentum=self.momentum, weight_decay=self.weight_decay)
+
+    @torch.no_grad()
+    def eval_features(self, x: torch.Tensor) -> torch.Tensor:
+        """The model's features of the resident uint8 images `x` in eval mode, through the protocol's eval transform,
+        `eval_batch` images per forward pass (FedPLVM's and FedPCL's post-training pass over the client's data)."""
+        was_training = self.net.training
+        self.net.eval()
+        dtype = next(self.net.parameters()).dtype
+        out = []
+        for i in range(0, len(x), self.eval_batch):
+            with precision_context(self.precision_mode, x.device):
+                out.append(self.net.features(self.transform.eval(x[i:i + self.eval_batch]).to(dtype)).to(dtype))
+        self.net.train(was_training)
+        return torch.cat(out)
 
     def local_prototypes(self, x: torch.Tensor | None = None, y: torch.Tensor | None = None,
                          generator: torch.Generator | None = None) -> dict[int, torch.Tensor]:

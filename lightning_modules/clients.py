@@ -309,10 +309,10 @@ class ClientGroup:
     def evaluate(self, global_state: State | None, payload: RoundPayload | None, batch_size: int = 1000) -> dict:
         """Every client with its own test samples, tested with the model it ends the round with (its own, or the
         global one), in eval mode: per client its number of test samples and of correct predictions by the
-        classifier's argmax, and, when the payload holds global prototypes, by the nearest global prototype
-        (L2) among the client's own classes."""
-        protos = getattr(payload, "global_protos", None)
-        rules = ("classifier", "prototype") if protos is not None else ("classifier",)
+        classifier's argmax, and, when the payload has prototypes to test with (`RoundPayload.test_prototypes`:
+        FedProto's global ones, FedPCL's client's own), by the nearest of them (L2) among the client's own classes."""
+        by_prototype = payload is not None and payload.test_prototypes(self.clients[0]["id"]) is not None
+        rules = ("classifier", "prototype") if by_prototype else ("classifier",)
         correct = {}  # per client its counts by rule, on the device: one host sync for every client
         for c in self.clients:
             if c["id"] not in self.test_data:
@@ -322,6 +322,7 @@ class ClientGroup:
             module.net.load_state_dict(self.start_weights(c, global_state))
             module.eval()
             counts = torch.zeros(len(rules), dtype=torch.long, device=y.device)
+            protos = payload.test_prototypes(c["id"]) if by_prototype else None
             if protos is not None:  # on the device once per client, not per batch
                 protos_here, classes_here = protos.to(y.device), torch.as_tensor(classes, device=y.device)
             for i in range(0, len(y), batch_size):

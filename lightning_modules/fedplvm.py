@@ -25,7 +25,7 @@ from dataclasses import dataclass
 
 import torch
 
-from lightning_modules.base import ClientModule, precision_context
+from lightning_modules.base import ClientModule
 from lightning_modules.fedavg import FedAvgServer
 from lightning_modules.losses import alpha_sparsity_loss, correction_loss, paper_correction_loss
 from lightning_modules.prototypes import by_class, class_cluster_prototypes, cluster_prototypes, mean_prototypes
@@ -55,7 +55,6 @@ def class_means(prototypes: torch.Tensor, labels: torch.Tensor, num_classes: int
 class FedPLVMClient(ClientModule):
     payload: FedPLVMRound | None
     mean_prototypes: torch.Tensor | None = None  # K x d: g_y of the round's prototypes (NaN row: a class without)
-    eval_batch = 500  # samples per forward pass of the post-training feature pass
 
     def start_round(self, round_idx, payload, global_state, client_state=None):
         super().start_round(round_idx, payload, global_state, client_state)
@@ -75,19 +74,6 @@ class FedPLVMClient(ClientModule):
             else:
                 loss = loss + paper_correction_loss(z, y, p.prototypes, p.prototype_labels, hp["alpha"])
         return hp["lambda"] * loss
-
-    @torch.no_grad()
-    def eval_features(self, x: torch.Tensor) -> torch.Tensor:
-        """The model's features of the resident uint8 images `x` in eval mode, through the protocol's eval transform."""
-        was_training = self.net.training
-        self.net.eval()
-        dtype = next(self.net.parameters()).dtype
-        out = []
-        for i in range(0, len(x), self.eval_batch):
-            with precision_context(self.precision_mode, x.device):
-                out.append(self.net.features(self.transform.eval(x[i:i + self.eval_batch]).to(dtype)).to(dtype))
-        self.net.train(was_training)
-        return torch.cat(out)
 
     def local_prototypes(self, x=None, y=None, generator=None) -> dict[int, torch.Tensor]:
         """Class -> this client's local prototypes (J x d, CPU) from an eval-mode pass over its training data:

@@ -1,6 +1,6 @@
 """Pure, vectorised loss terms of the methods (no Python loop over samples): FPL's CPCL and UPCR
 (also FedProto's MSE), MOON's model-contrastive loss, FedProc's prototype InfoNCE, FedPLVM's
-alpha-sparsity contrastive term and its correction term."""
+alpha-sparsity contrastive term and its correction term, FedPCL's prototype contrastive loss."""
 from __future__ import annotations
 
 import torch
@@ -138,3 +138,24 @@ def paper_correction_loss(
     positive = (labels[:, None] == prototype_labels[None, :]).to(features.dtype)
     s = _alpha_similarity(features, prototypes, alpha)
     return ((s * positive).sum(dim=1) - positive.sum(dim=1)).abs().mean()
+
+
+def prototype_contrastive_loss(features: torch.Tensor, labels: torch.Tensor, prototypes: torch.Tensor,
+                               temperature: float, base_temperature: float = 0.07) -> torch.Tensor:
+    """FedPCL's contrastive loss against one prototype set (its `ConLoss`, lib/losses.py), mean over the rows.
+
+    Row i's anchor is the prototype of its class, a_i = prototypes[labels_i] (num_classes x d; a NaN row: a class
+    without one, whose rows contribute 0); its logits are a_i . z_j / temperature over every feature j but its own
+    (plain dot products: FedPCL's features are L2-normalised, its prototypes are means of them); per row
+    -(temperature / base_temperature) times the mean over its positives (j != i of its class) of
+    log softmax_j. A row without a positive contributes 0 (the reference divides 0 by 0 there).
+    """
+    anchors = prototypes[labels]
+    valid = ~torch.isnan(anchors).any(dim=1)
+    eye = torch.eye(len(labels), dtype=torch.bool, device=features.device)
+    logits = (torch.nan_to_num(anchors) @ features.T / temperature).masked_fill(eye, float("-inf"))
+    log_prob = logits - logits.logsumexp(dim=1, keepdim=True)
+    positive = (labels[:, None] == labels[None, :]) & ~eye
+    count = positive.sum(dim=1)
+    mean_pos = log_prob.masked_fill(~positive, 0).sum(dim=1) / count.clamp_min(1)
+    return (-(temperature / base_temperature) * mean_pos * (valid & (count > 0))).mean()

@@ -16,6 +16,8 @@ from typing import Callable
 from lightning_modules.fedapc import FedAPCClient, FedAPCServer
 from lightning_modules.fedavg import FedAvgClient, FedAvgServer
 from lightning_modules.feddyn import FedDynClient, FedDynServer
+from lightning_modules.fedfa import FedFAClient, FedFAServer
+from lightning_modules.fedpcl import FedPCLClient, FedPCLServer
 from lightning_modules.fedopt import FedOptServer
 from lightning_modules.fedplvm import FedPLVMClient, FedPLVMServer
 from lightning_modules.fedproc import FedProcClient, FedProcServer
@@ -37,6 +39,15 @@ def _positive(*names):
             v = hp[n]
             if isinstance(v, bool) or not isinstance(v, (int, float)) or not v > 0:
                 raise HyperparameterError(f"{n} must be a number > 0 (got {v!r}).")
+    return check
+
+
+def _positive_int(*names):
+    def check(hp):
+        for n in names:
+            v = hp[n]
+            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+                raise HyperparameterError(f"{n} must be an integer >= 1 (got {v!r}).")
     return check
 
 
@@ -244,12 +255,44 @@ fedplvm_variant("fedplvm_contrast_only", "Table 5: the alpha-sparsity contrast o
 fedplvm_variant("fedplvm_correction_only", "Table 5: the correction term only", contrast=False)
 
 
+def _check_fedfa(hp):
+    _positive("eps")(hp)
+    for n in ("p", "momentum"):
+        v = hp[n]
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 <= v <= 1:
+            raise HyperparameterError(f"{n} must be a number in [0, 1] (got {v!r}).")
+    _choices(client_variance=("channel", "all"))(hp)
+
+
+register(Method(
+    name="fedfa", client=FedFAClient, server=FedFAServer,
+    defaults=dict(
+        p=0.5,  # probability that an FFA layer re-styles a training batch (one draw per layer and step, as the code)
+        momentum=0.99,  # of the running channel mean and std each client keeps (the code's momentum1)
+        eps=1e-6,  # added to every variance, as the code
+        # the server's variance of the clients' running statistics: per "channel" (the paper's equations) or over
+        # "all" channels and clients at once (the code's torch.var, then broadcast: gamma = 1) (dev. 30)
+        client_variance="channel",
+    ),
+    validate=_check_fedfa, description="FedFA: feature-statistics augmentation after each convolutional stage",
+))
+
+register(Method(
+    name="fedpcl", client=FedPCLClient, server=FedPCLServer,
+    defaults=dict(
+        tau=0.07,  # temperature of the prototype contrastive loss (the code's ConLoss, base temperature 0.07)
+        proj_dim=256,  # output of the projection head Linear(feature, proj_dim) -> ReLU -> L2 normalisation
+        global_term=False,  # also contrast against the global prototypes (the paper's term; the code has none) (dev. 31)
+    ),
+    validate=_all(_positive("tau"), _positive_int("proj_dim"), _boolean("global_term")),
+    description="FedPCL: prototype contrast against every client's prototypes, prototypes only, no pre-trained backbone",
+))
+
+
 def _check_fedapc(hp):
     _positive("tau")(hp)
     _boolean("augment")(hp)
-    v = hp["n_views"]
-    if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-        raise HyperparameterError(f"n_views must be an integer >= 1 (got {v!r}).")
+    _positive_int("n_views")(hp)
 
 
 FEDAPC_DEFAULTS = dict(  # the paper states none of these; docs/fedapc.md gives the reasons

@@ -67,6 +67,12 @@ class RoundPayload:
         moved = {f.name: move(getattr(self, f.name)) for f in dataclasses.fields(self) if torch.is_tensor(getattr(self, f.name))}
         return dataclasses.replace(self, **moved)
 
+    def test_prototypes(self, client_id: int) -> torch.Tensor | None:
+        """The prototypes (num_classes x d, NaN rows: classes without one) a client that keeps its own model is
+        tested with by the nearest-prototype rule: the round's `global_protos` when it has them (FedProto), the
+        client's own (FedPCL); None: the classifier only."""
+        return getattr(self, "global_protos", None)
+
 
 class ServerRule(ABC):
     """How one method's server makes the next global model and the clients' round state.

@@ -1,5 +1,5 @@
 """`make table-fedplvm PROFILE=smoke` end to end (Table 4's runs through Ray): FedPLVM's Tables 1 and 2 (its presets, the
-final round, FedPCL and FedFA shown as not implemented) and its Tables 3 to 5 as ablations, the run they share
+final round, FedPCL and FedFA among its methods) and its Tables 3 to 5 as ablations, the run they share
 (FedPLVM on Digit-5) run once; resumable; Table 4's prototypes per client per round from the runs' metrics."""
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ from ray_jobs.sweep import execute, main
 from ray_jobs.tables import GROUPS, TABLES, make_target
 
 DOMAINS = "mnist,usps,amazon,dslr"  # two domains of each dataset (the shared data has no full SVHN)
-T12 = ["fedavg", "fedprox", "fedproto", "fpl", "fedplvm"]
+T12 = ["fedavg", "fedprox", "fedproto", "fedpcl", "fedfa", "fpl", "fedplvm"]  # the paper's row order
 
 
 @pytest.fixture(scope="module")
@@ -58,9 +58,9 @@ def test_tables_1_and_2_beside_the_paper(smoke):
     md = (smoke / "tablefedplvm12.md").read_text()
     assert "accuracy after the final round" in md and "Preset fedplvm-digit5: 2 rounds" in md
     assert "stands in" not in md  # no Synth run here (below: the line of a run with it)
-    assert "| fedpcl (not implemented) | – (88.84) | not run | – (84.74) |" in md  # the paper's values, no run
-    assert "| fedfa (not implemented) | – (56.46) | not run | – (60.00) |" in md
-    assert not any((smoke / "runs").glob("fedpcl*")) and not any((smoke / "runs").glob("fedfa*"))
+    assert "not implemented" not in md
+    assert cell("fedpcl", "digit5", "usps")["paper"] == 84.74 and cell("fedfa", "office10", "dslr")["paper"] == 60.00
+    assert list(dict.fromkeys(df.method)) == T12
 
 
 def test_a_report_names_synth_a_stand_in_when_it_ran():
@@ -83,9 +83,9 @@ def test_ablation_tables_and_the_shared_run(smoke, data_root):
         df = pd.read_csv(smoke / f"tablefedplvm{t}.csv")
         assert list(dict.fromkeys(df.method)) == methods and df.paper.isna().all()
         assert "The paper gives only an AVG over all of its domains" in (smoke / f"tablefedplvm{t}.md").read_text()
-    # every ablation's FedPLVM row is the one Digit-5 run of Tables 1-2; 16 distinct runs in all
+    # every ablation's FedPLVM row is the one Digit-5 run of Tables 1-2; 20 distinct runs in all
     names = sorted(p.name for p in (smoke / "runs").iterdir())
-    assert len(names) == 16 and names.count("fedplvm-digit5-no_svhn_syn_mnistm-default-seed0") == 1
+    assert len(names) == 20 and names.count("fedplvm-digit5-no_svhn_syn_mnistm-default-seed0") == 1
     v = summary(smoke, "fedplvm-digit5-no_svhn_syn_mnistm-default-seed0")["final"]["AVG"]
     for t in ("3", "4", "5"):
         df = pd.read_csv(smoke / f"tablefedplvm{t}.csv")
@@ -95,7 +95,7 @@ def test_ablation_tables_and_the_shared_run(smoke, data_root):
                                                               for m in ("fedplvm", "fedplvm_no_global_clustering")}
     # resumable: a second sweep of the group runs nothing
     runs = {r.out: r for t in GROUPS["fedplvm"] for r in plan(t, "smoke", DOMAINS.split(","), smoke, str(data_root))}
-    assert len(runs) == 16 and execute(list(runs.values()), None) == []
+    assert len(runs) == 20 and execute(list(runs.values()), None) == []
 
 
 def test_table4_prototypes_received_per_round(smoke):
