@@ -70,7 +70,7 @@ class StackedSGD:
     """`torch.optim.SGD` (dampening 0, no Nesterov) on tensors stacked along a leading client dimension, each
     client with its own (lr, momentum, weight decay). `step(active)` updates the clients where the k-element
     bool tensor `active` is true (None: every client) and leaves the others' slices of the weights and
-    momentum buffers as they were, bit for bit (for finite values).
+    momentum buffers as they were, bit for bit (for finite values). A tensor without a gradient is left alone.
 
     Per client, as torch's: d = grad + weight_decay * w; buf = momentum * buf + d (the first time: d);
     w = w - lr * buf. The buffers start at zero, so that a client's first update makes its buffer d exactly;
@@ -96,6 +96,8 @@ class StackedSGD:
         else:
             momentum, lr = self.momentum, self.lr
         for p, buf in zip(self.params, self.buffers):
+            if p.grad is None:  # no loss reached it (FedPCL's classifier): left alone, as torch's SGD does
+                continue
             shape = (-1,) + (1,) * (p.dim() - 1)  # a client's coefficient over its slice
             d = torch.addcmul(p.grad, p, self.weight_decay.view(shape))
             if active is None:
