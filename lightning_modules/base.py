@@ -36,6 +36,8 @@ every client of the round.
 """
 from __future__ import annotations
 
+from functools import lru_cache
+
 import lightning as L
 import numpy as np
 import torch
@@ -48,10 +50,15 @@ from lightning_modules.server import RoundPayload
 
 def precision_context(precision: str, device: torch.device):
     """Lightning Fabric's precision plugin's forward context: nothing for 32-true, autocast for bf16-mixed."""
+    return precision_plugin(precision, device.type).forward_context()
+
+
+@lru_cache(maxsize=None)
+def precision_plugin(precision: str, device_type: str):
+    """Lightning Fabric's precision plugin, made once per (precision, device type), not once per step."""
     from lightning.fabric.plugins.precision import MixedPrecision, Precision
 
-    plugin = Precision() if precision == "32-true" else MixedPrecision(precision, device.type)
-    return plugin.forward_context()
+    return Precision() if precision == "32-true" else MixedPrecision(precision, device_type)
 
 
 def batch_norm_in_stats_dtype(bn: nn.Module, args: tuple) -> tuple | None:
@@ -249,14 +256,14 @@ def fit_local(module: ClientModule, x: torch.Tensor, y: torch.Tensor, epochs: in
               drop_last: bool = False) -> float:
     """Train `module` on the resident uint8 images `x` and labels `y`; returns the mean loss.
 
-    Raises NonFiniteLoss (checked once at the end, no per-step host sync) when any
-    step's loss was NaN or infinite; the caller must then discard the weights.
+    Raises NonFiniteLoss when any step's loss was NaN or infinite (checked once, at the end, on the sum of
+    the losses, which is then non-finite: no per-step check or host sync); the caller must then discard the
+    weights.
     """
     optimizer = module.configure_optimizers()
     module.train()
     dtype = next(module.net.parameters()).dtype
     total = torch.zeros((), dtype=dtype, device=x.device)
-    finite = torch.ones((), dtype=torch.bool, device=x.device)
     steps = 0
     for epoch in range(epochs):
         module.gather_prototypes = epoch == epochs - 1
@@ -267,11 +274,9 @@ def fit_local(module: ClientModule, x: torch.Tensor, y: torch.Tensor, epochs: in
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
             optimizer.step()
-            loss = loss.detach()
-            finite &= torch.isfinite(loss)
-            total += loss
+            total += loss.detach()
             steps += 1
-    if not bool(finite):
+    if not bool(torch.isfinite(total)):
         raise NonFiniteLoss("non-finite local loss")
     if steps == 0:
         raise no_training_step(len(y), batch_size)

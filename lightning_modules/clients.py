@@ -269,7 +269,7 @@ class ClientGroup:
                 else:
                     member_losses, load = fit_fused(
                         module, lambda i: self.start_client(members[i], global_state, payload, round_idx),
-                        data, cfg.local_epochs, cfg.batch_size, gens, cfg.drop_last)
+                        data, cfg.local_epochs, cfg.batch_size, gens, cfg.drop_last, cfg.compile)
             except NonFiniteLoss as e:
                 c = members[e.index if isinstance(e, FusedNonFiniteLoss) else 0]
                 raise NonFiniteLoss(self.non_finite("loss", round_idx, c)) from None

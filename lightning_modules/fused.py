@@ -22,6 +22,7 @@ exactly as it was (weights, momentum buffers, statistics, sums).
 """
 from __future__ import annotations
 
+from functools import lru_cache
 from itertools import accumulate, chain
 from typing import Callable
 
@@ -42,6 +43,14 @@ class _Hooks(nn.Module):
     def forward(self, name: str, *args):
         out = getattr(self.client, name)(*args)
         return torch.zeros(()) if out is None else out  # vmap needs a tensor back
+
+
+def hooks_of(module: ClientModule) -> _Hooks:
+    """The module's `_Hooks`, made once and kept in its __dict__ (not a registered submodule: the module's tensors
+    keep their names), so that a compiled `training_losses`, specialised on it, serves every fit of the module."""
+    if "_fused_hooks" not in module.__dict__:
+        module.__dict__["_fused_hooks"] = _Hooks(module)
+    return module.__dict__["_fused_hooks"]
 
 
 class FusedNonFiniteLoss(NonFiniteLoss):
@@ -107,6 +116,41 @@ class StackedSGD:
             p.addcmul_(buf, lr.view(shape), value=-1)
 
 
+def training_losses(hooks: _Hooks, state: dict, shared: dict, xb: torch.Tensor, yb: torch.Tensor, step: int) -> torch.Tensor:
+    """The clients' `training_step` losses: the module's hook under vmap, each client with its slice of `state`."""
+    def one_client(s, x, y):
+        return functional_call(hooks, (s, shared), ("training_step", (x, y), step))
+    # randomness="different": a model with dropout (FedProto's CNN) draws each client's masks apart
+    # (from torch's global stream, not the clients' generators: other draws than the sequential loop's)
+    return vmap(one_client, randomness="different")(state, xb, yb)
+
+
+COMPILE_BACKEND = "inductor"  # torch.compile's backend for `--compile` (the tests use aot_eager: no kernel generation)
+COMPILE_SHAPES = 64  # compilations of `training_losses` allowed per process (dynamo's default, 8, falls back to eager)
+
+
+@lru_cache(maxsize=None)
+def compiled_training_losses(device_type: str, backend: str = COMPILE_BACKEND) -> Callable:
+    """`training_losses` through torch.compile (`--compile`): one compiled function per device type, so that its
+    compiled code serves every fit of the process. On CUDA with inductor in mode reduce-overhead (CUDA graphs,
+    where inductor takes them).
+
+    The one-stack engine calls it with as many shapes as a round has (clients in the call, batch size): at a step
+    the clients with a full batch, then the clients of each size with their last, shorter batch, each of these once
+    with and once without the last epoch's prototype gathering (a Python branch of `training_step`). Dynamo does
+    not make these sizes dynamic under vmap (it compiled each shape apart in torch 2.14), so each shape compiles
+    once, statically (`dynamic=False`), and the recompile limit is raised to COMPILE_SHAPES for this function:
+    at dynamo's default limit (8) a Digits group (clients of 3 sizes: about 10 shapes) fell back to eager,
+    with a warning only. Past COMPILE_SHAPES it still does."""
+    mode = "reduce-overhead" if device_type == "cuda" and backend == "inductor" else None
+    fn = torch.compile(training_losses, backend=backend, mode=mode, dynamic=False)
+
+    def call(*args):
+        with torch._dynamo.config.patch(recompile_limit=COMPILE_SHAPES):
+            return fn(*args)
+    return call
+
+
 def fit_fused(
     module: ClientModule,
     start_client: Callable[[int], None],
@@ -115,6 +159,7 @@ def fit_fused(
     batch_size: int,
     generators: list[torch.Generator],
     drop_last: bool = False,
+    compile: bool = False,
 ) -> tuple[list[float], Callable[[int], None]]:
     """Train len(data) clients (of any sizes) together.
 
@@ -122,6 +167,7 @@ def fit_fused(
     client state, `start_round`). Returns the clients' mean losses and `load(i)`,
     which copies client i's trained tensors into `module` (then `client_state`,
     `local_prototypes` and `net.state_dict` read client i as after `fit_local`).
+    `compile`: the vmapped forward and backward through torch.compile (`compiled_training_losses`).
     Raises FusedNonFiniteLoss naming the first client whose loss was NaN or infinite.
     """
     k = len(data)
@@ -150,18 +196,14 @@ def fit_fused(
               for name, t in template.items() if name.startswith(shared_prefixes)}
     batched = {f"client.{name}": t for name, t in stacked.items()}
     written = [f"client.{name}" for name in stacked if name not in trainable]  # what the hooks may write in place
-    hooks = _Hooks(module)
-
-    def call(name: str):
-        def one_client(state, *args):
-            return functional_call(hooks, (state, shared), (name, *args))
-        return one_client
+    hooks = hooks_of(module)
 
     optimizer = StackedSGD([stacked[name] for name in trainable], hyperparameters)
     module.train()
     dtype = next(module.net.parameters()).dtype
     x_all, y_all = torch.cat([x for x, _ in data]), torch.cat([y for _, y in data])  # one gather per step
     device = x_all.device
+    losses_fn = compiled_training_losses(device.type, COMPILE_BACKEND) if compile else training_losses
     starts = list(accumulate(sizes, initial=0))  # client i's samples: rows starts[i] to starts[i + 1] of x_all
     on_device: dict[tuple[int, ...], tuple[torch.Tensor, torch.Tensor]] = {}
 
@@ -179,11 +221,8 @@ def fit_fused(
         whole = len(clients) == k
         index = rows(clients)[0]
         state = batched if whole else {name: t.index_select(0, index) for name, t in batched.items()}
-        training_step = call("training_step")
         with precision_context(module.precision_mode, device):
-            # randomness="different": a model with dropout (FedProto's CNN) draws each client's masks apart
-            # (from torch's global stream, not the clients' generators: other draws than the sequential loop's)
-            losses = vmap(lambda s, xb, yb: training_step(s, (xb, yb), step), randomness="different")(state, xb, yb)
+            losses = losses_fn(hooks, state, shared, xb, yb, step)
         if not whole:  # what the hooks wrote into the gathered slices goes back into the stack
             with torch.no_grad():
                 for name in written:
@@ -194,7 +233,7 @@ def fit_fused(
     steps = [0] * k
     for epoch in range(epochs):
         module.gather_prototypes = epoch == epochs - 1
-        vmap(call("on_train_epoch_start"))(batched)
+        vmap(lambda s: functional_call(hooks, (s, shared), ("on_train_epoch_start",)))(batched)
         orders = [[b + start for b in batches(n, batch_size, g, drop_last, device)]
                   for n, start, g in zip(sizes, starts, generators)]
         for step in range(max(len(o) for o in orders)):

@@ -4,13 +4,15 @@
     PyTorch loop on the same batches, per step and per client-round, with a
     model small enough that the overhead is visible; Lightning's own Trainer
     (checkpoint, logger, progress bar, model summary all off) for comparison.
-(2) ResNet-10 training images per second through both loops, and their ratio.
+(2) ResNet-10 training images per second through both loops, and their ratio (target >= 0.98).
 (3) One small FPL round through Ray, split into its phases (share of the round in %).
 (4) The client engines: images per second of a group of equal-size clients trained
     one after another (`--engine sequential`) and as one batched computation
-    (`--engine fused`), and their ratio; on a GPU in 32-true and bf16-mixed, on the
-    CPU in 32-true with small settings. Also the fused step's input: the clients'
-    augmented batches built one client at a time vs with one gather for all.
+    (`--engine fused`), and their ratio, in 32-true and bf16-mixed (the fused engine's
+    bf16-mixed / 32-true); clients of unequal (Digits-like) sizes trained as one stack,
+    in one stack per size (the fused engine before it took them all) and one after
+    another. Also the fused step's input: the clients' augmented batches built one
+    client at a time vs with one gather for all.
 (5) On a GPU: per-phase round times with each engine (in-process executor) and,
     with --full-runs, the wall time of one full FPL run on Office-Caltech with each
     engine and on Digits with the engine auto (the paper's protocol, in-process
@@ -21,6 +23,10 @@
     `--checkpoint-every` saves per round.
 (7) ResNet-10 training (fit_local) and evaluation images per second with the convolution
     weights contiguous (NCHW) and channels_last (NHWC, as `build_model` makes them).
+(8) One FedPLVM round on Digit-5 (preset fedplvm-digit5, the domains the data root holds,
+    in process) without and with evaluation, both from one run evaluated on a schedule
+    (`--eval-every`), and what a full run of the preset costs at each schedule (an estimate
+    from these two rounds).
 `--profile small` runs every section, (5) included, on any device with small
 settings (rounds, clients, samples): the test of this script's code paths.
 Prints a report and saves it to results/perf/bench-<device>.txt (on a GPU, <device>
@@ -42,6 +48,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from benchmark.protocols import PRESETS
 from benchmark.transforms import augment
 from lightning_modules.base import batches, fit_local
 from lightning_modules.fedavg import FedAvgClient
@@ -160,9 +167,11 @@ def resnet_throughput(device, n, epochs, repeats):
     return images / t_plain, images / t_ours
 
 
-def engine_throughput(device, method: str, clients: int, n: int, epochs: int, repeats: int,
-                      precision: str = "32-true"):
-    """Images/s of `clients` ResNet-10 clients of n samples each: fit_local one after another vs fit_fused."""
+def engine_throughput(device, method: str, sizes: list[int], epochs: int, repeats: int, precision: str = "32-true",
+                      batch: int = 64) -> dict[str, float]:
+    """Images/s of ResNet-10 clients of the given sizes: `sequential` (fit_local one after another), `fused` (one
+    stack, fit_fused) and, for clients of unequal sizes, `per-size stacks` (one fit_fused per size, a size's lone
+    client with fit_local: the fused engine before it trained a group as one stack)."""
     from benchmark.models import ResNet10, build_model
     from lightning_modules.fused import fit_fused
     from lightning_modules.registry import METHODS
@@ -170,7 +179,7 @@ def engine_throughput(device, method: str, clients: int, n: int, epochs: int, re
     spec = METHODS[method]
     torch.manual_seed(0)
     data = [(torch.randint(0, 256, (n, 3, 32, 32), dtype=torch.uint8, device=device),
-             torch.randint(0, 10, (n,), device=device)) for _ in range(clients)]
+             torch.randint(0, 10, (n,), device=device)) for n in sizes]
     module = spec.client(build_model("resnet10", 10), spec.defaults).to(device)
     module.precision_mode = precision
     start = {k: v.clone() for k, v in ResNet10().state_dict().items()}
@@ -178,17 +187,26 @@ def engine_throughput(device, method: str, clients: int, n: int, epochs: int, re
     def start_client(i):
         module.start_round(0, None, start, client_state=None)
 
-    def sequential():
-        for i, (x, y) in enumerate(data):
+    def sequential(clients):
+        for i in clients:
             start_client(i)
-            fit_local(module, x, y, epochs, 64, torch.Generator().manual_seed(i))
+            fit_local(module, *data[i], epochs, batch, torch.Generator().manual_seed(i))
 
-    def fused():
-        fit_fused(module, start_client, data, epochs, 64, [torch.Generator().manual_seed(i) for i in range(clients)])
+    def fused(clients):
+        fit_fused(module, start_client, [data[i] for i in clients], epochs, batch,
+                  [torch.Generator().manual_seed(i) for i in clients])
 
-    images = clients * n * epochs
-    t_seq, t_fused = timed([sequential, fused], device, repeats)
-    return images / t_seq, images / t_fused
+    def per_size():
+        for n in sorted(set(sizes)):
+            clients = [i for i, m in enumerate(sizes) if m == n]
+            (sequential if len(clients) == 1 else fused)(clients)
+
+    everyone = list(range(len(sizes)))
+    engines = {"sequential": lambda: sequential(everyone), "fused": lambda: fused(everyone)}
+    if len(set(sizes)) > 1:
+        engines["per-size stacks"] = per_size
+    times = timed(list(engines.values()), device, repeats)
+    return {name: sum(sizes) * epochs / t for name, t in zip(engines, times)}
 
 
 def input_batches(device, clients: int, n: int, repeats: int) -> tuple[float, float]:
@@ -281,6 +299,36 @@ def round_phases(executor="ray", engine="auto", method="fpl", dataset="office_ca
         return cfg, read_jsonl(Path(out) / "metrics.jsonl")[-1]["time_s"], wall
 
 
+def evaluation_rounds(device, **settings) -> tuple:
+    """(8): one run of the fedplvm-digit5 preset (`settings` over it) of LAST_K + 2 rounds evaluated every
+    LAST_K + 2-th round: rounds 0 and 1 are not evaluated, rounds 2 on are (the last LAST_K). Returns (cfg, the
+    domains lacking, round 1's phases (no evaluation), round 2's (evaluated)): two warm rounds of one process."""
+    import tempfile
+
+    from benchmark.results import LAST_K, read_jsonl
+    from ray_jobs.config import RunConfig
+    from ray_jobs.run import run
+
+    os.environ.setdefault("WANDB_MODE", "disabled")
+    domains, lacking = present_domains("digit5")
+    with tempfile.TemporaryDirectory() as out:
+        cfg = RunConfig.from_preset("fedplvm-digit5", **{**settings, "rounds": LAST_K + 2, "eval_every": LAST_K + 2,
+                                                          "domains": domains, "out": out, "executor": "local",
+                                                          "device": str(device)})
+        run(cfg, quiet=True)
+        rows = read_jsonl(Path(out) / "metrics.jsonl")
+    assert [r["evaluated"] for r in rows[:3]] == [False, False, True], "the schedule of (8) changed"
+    return cfg, lacking, rows[1]["time_s"], rows[2]["time_s"]
+
+
+def evaluated_rounds(rounds: int, eval_every: int) -> int:
+    """How many of `rounds` rounds a run evaluates at `eval_every` (RunConfig.evaluates)."""
+    from ray_jobs.config import RunConfig
+
+    cfg = RunConfig(rounds=rounds, eval_every=eval_every)
+    return sum(cfg.evaluates(r) for r in range(rounds))
+
+
 def shares(phases: dict) -> str:
     """Each phase's seconds and its share of the round."""
     return "  ".join(f"{k} {v:.3f}s ({100 * v / phases['round']:.0f}%)" for k, v in phases.items() if k != "round") + \
@@ -288,19 +336,25 @@ def shares(phases: dict) -> str:
 
 
 SMALL_RUN = dict(rounds=2, local_epochs=1, eval_max=None)  # (3) and (5): the second round of this run is measured
-# sizes per profile: (2) images and repeats, (4) clients/samples/repeats, methods and precisions, (5) the small runs
+# sizes per profile: (2) images and repeats, (4) clients/samples/repeats, methods and precisions, and clients of
+# unequal sizes (stacks: clients of each size, the sizes (Digits' MNIST, USPS, SYN shares: 600, 72, 100; on the CPU
+# scaled down with the batch, so that the clients take as many steps), batch, epochs, repeats), (5) the small runs
 # (phases: on top of SMALL_RUN) and the full runs (full: on top of the preset), (6) per-client models and repeats,
-# (7) training images, evaluation images and repeats
+# (7) training images, evaluation images and repeats, (8) the settings over the fedplvm-digit5 preset (none: the
+# paper's protocol)
 PROFILES = {
-    "cpu": dict(resnet=(192, 1, 3), engines=(3, 128, 1, 2), methods=("fedavg",), precisions=("32-true",),
-                phases=dict(client_fraction=0.3), checkpoint=(20, 3), memory=(192, 1000, 3)),
+    "cpu": dict(resnet=(192, 1, 3), engines=(3, 128, 1, 2), methods=("fedavg",), precisions=("32-true", "bf16-mixed"),
+                stacks=(2, (150, 18, 25), 16, 1, 2), phases=dict(client_fraction=0.3), checkpoint=(20, 3),
+                memory=(192, 1000, 3), fedplvm=dict()),
     "cuda": dict(resnet=(640, 2, 5), engines=(10, 600, 1, 3), methods=("fedavg", "fpl"),
-                 precisions=("32-true", "bf16-mixed"), phases=dict(client_fraction=0.3), full=dict(eval_max=None),
-                 checkpoint=(20, 3), memory=(640, 1000, 5)),
+                 precisions=("32-true", "bf16-mixed"), stacks=(2, (600, 72, 100), 64, 1, 3),
+                 phases=dict(client_fraction=0.3), full=dict(eval_max=None), checkpoint=(20, 3), memory=(640, 1000, 5),
+                 fedplvm=dict()),
     "small": dict(resnet=(64, 1, 1), engines=(2, 64, 1, 1), methods=("fedavg", "fpl"),
-                  precisions=("32-true", "bf16-mixed"), phases=dict(client_fraction=0.05, eval_max=50),
+                  precisions=("32-true", "bf16-mixed"), stacks=(2, (20, 3, 5), 4, 1, 1),
+                  phases=dict(client_fraction=0.05, eval_max=50),
                   full=dict(rounds=1, local_epochs=1, client_fraction=0.05, eval_max=50), checkpoint=(2, 1),
-                  memory=(64, 100, 1)),
+                  memory=(64, 100, 1), fedplvm=dict(local_epochs=1, batch_size=8, client_fraction=0.05, eval_max=50)),
 }
 TARGETS_S = {"digits": 120, "office_caltech": 20}  # issue 6: a full FPL run on one H100
 
@@ -345,7 +399,7 @@ def main(argv=None):
     say(f"(2) ResNet-10 training throughput ({n * epochs} images per measurement, batch 64)")
     say(f"    plain PyTorch loop        {ips_plain:9.1f} images/s")
     say(f"    LightningModule fit_local {ips_ours:9.1f} images/s")
-    say(f"    ratio fit_local / plain   {ips_ours / ips_plain:9.3f}")
+    say(f"    ratio fit_local / plain   {ips_ours / ips_plain:9.3f}   (target >= 0.98)")
     if not args.skip_ray:
         say()
         # on a GPU the driver and both actors share it (a process uses a GPU only with a share of one)
@@ -361,10 +415,20 @@ def main(argv=None):
     say(f"(4) client engines: {clients} clients of {n} samples, {epochs} local epoch, batch 64, ResNet-10 "
         f"(best of {repeats}, interleaved)")
     for method in prof["methods"]:
+        fused = {}
         for precision in prof["precisions"]:
-            ips_seq, ips_fused = engine_throughput(device, method, clients, n, epochs, repeats, precision)
-            say(f"    {method:8s} {precision:10s} sequential {ips_seq:9.1f} images/s   fused {ips_fused:9.1f} images/s   "
-                f"fused / sequential {ips_fused / ips_seq:6.3f}")
+            ips = engine_throughput(device, method, [n] * clients, epochs, repeats, precision)
+            fused[precision] = ips["fused"]
+            say(f"    {method:8s} {precision:10s} sequential {ips['sequential']:9.1f} images/s   fused {ips['fused']:9.1f} "
+                f"images/s   fused / sequential {ips['fused'] / ips['sequential']:6.3f}")
+        if len(fused) == 2:
+            say(f"    {method:8s} fused bf16-mixed / 32-true {fused['bf16-mixed'] / fused['32-true']:6.3f}")
+    per_size, sizes, batch, epochs, repeats = prof["stacks"]
+    ips = engine_throughput(device, "fedavg", [m for m in sizes for _ in range(per_size)], epochs, repeats, batch=batch)
+    say(f"    clients of unequal sizes (FedAvg, {per_size} clients of each of {', '.join(map(str, sizes))} samples, batch "
+        f"{batch}, 32-true): sequential {ips['sequential']:.1f}, one stack {ips['fused']:.1f}, per-size stacks "
+        f"{ips['per-size stacks']:.1f} images/s; one stack / per-size stacks {ips['fused'] / ips['per-size stacks']:6.3f}, "
+        f"one stack / sequential {ips['fused'] / ips['sequential']:6.3f}")
     t_each, t_one = input_batches(device, clients, n, repeats)
     say(f"    fused step input ({clients} clients x 64 augmented images): one gather per client {1e3 * t_each:7.2f} ms, "
         f"one for all {1e3 * t_one:7.2f} ms per step, per client / one {t_each / t_one:6.2f}")
@@ -402,6 +466,20 @@ def main(argv=None):
         a, b = ips[(phase, "contiguous")], ips[(phase, "channels_last")]
         say(f"    {what:34s} contiguous {a:9.1f} images/s   channels_last {b:9.1f} images/s   "
             f"channels_last / contiguous {b / a:6.3f}")
+    cfg, lacking, plain, evaluated = evaluation_rounds(device, **prof["fedplvm"])
+    say()
+    say(f"(8) one FedPLVM round, Digit-5{' without ' + ', '.join(lacking) if lacking else ''} (preset fedplvm-digit5"
+        f"{''.join(f', {k} {v}' for k, v in prof['fedplvm'].items())}; {len(cfg.domains)} domains, engine "
+        f"{cfg.engine}, in process), rounds 1 and 2 of one {cfg.rounds}-round run with --eval-every {cfg.eval_every}")
+    say(f"    without evaluation (round 1) {shares(plain)}")
+    say(f"    with evaluation    (round 2) {shares(evaluated)}")
+    say(f"    with / without {evaluated['round'] / plain['round']:6.2f}")
+    rounds = PRESETS["fedplvm-digit5"]["rounds"]
+    for k in (1, 5, rounds):
+        e = evaluated_rounds(rounds, k)
+        est = e * evaluated["round"] + (rounds - e) * plain["round"]
+        say(f"    a full run ({rounds} rounds) at --eval-every {k:<3d}: {e:2d} rounds evaluated, about {est / 60:6.1f} min "
+            f"(estimate: these two rounds' times)")
     path = out / f"bench-{device_slug(device)}.txt"
     flags = " ".join(argv if argv is not None else sys.argv[1:])
     path.write_text("\n".join(lines) + f"\n\ncommand: python -m ray_jobs.bench {flags}".rstrip() + "\n")

@@ -59,6 +59,7 @@ class RunConfig:
     checkpoint_every: int = 1  # rounds between the run folder's checkpoints (docs/reliability.md)
     engine: str = "auto"  # client training: sequential | fused | auto (sequential on CPU, fused on CUDA)
     precision: str = "32-true"  # 32-true | bf16-mixed (autocast for training and evaluation)
+    compile: bool = False  # the fused engine's step through torch.compile (not part of the protocol: same training)
     data_root: str | None = None
     out: str | None = None
     name: str | None = None

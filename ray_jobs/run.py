@@ -95,8 +95,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--driver-gpus", type=float, default=d["driver_gpus"].default)
     p.add_argument("--device", default="auto", help="auto, cpu or cuda")
     p.add_argument("--engine", default=d["engine"].default,
-                   help="client training: sequential (one client after another), fused (clients of equal size as one "
+                   help="client training: sequential (one client after another), fused (a client group as one "
                         "batched computation) or auto (sequential on the CPU, fused on CUDA)")
+    p.add_argument("--compile", action="store_true",
+                   help="the fused engine's step through torch.compile (compiles once per shape of stack and batch)")
     p.add_argument("--precision", default=d["precision"].default,
                    help="32-true (float32, as the references) or bf16-mixed (bfloat16 autocast, Lightning's plugin)")
     p.add_argument("--data-root", default=None, help="default: $BENCH_DATA_ROOT, ./data, ../shared/data")
@@ -128,7 +130,7 @@ def config_from_args(args) -> RunConfig:
         client_fraction=args.client_fraction, eval_max=args.eval_max, eval_every=args.eval_every, executor=args.executor,
         num_actors=args.num_actors, cpus_per_actor=args.cpus_per_actor, gpus_per_actor=args.gpus_per_actor,
         driver_cpus=args.driver_cpus, driver_gpus=args.driver_gpus, device=args.device, actor_restarts=args.actor_restarts,
-        checkpoint_every=args.checkpoint_every, engine=args.engine, precision=args.precision,
+        checkpoint_every=args.checkpoint_every, engine=args.engine, precision=args.precision, compile=args.compile,
         data_root=args.data_root, out=args.out, name=args.name,
         wandb_project=args.wandb_project, wandb_group=args.wandb_group,
     )

@@ -22,6 +22,11 @@ def report(ray_cluster, data_root, tmp_path_factory):
     return path.name, path.read_text()
 
 
+def printed_ratio(a: float, b: float):
+    """b / a as printed (to 0.001) from rates printed to 0.1: within the printed values' rounding."""
+    return pytest.approx(b / a, abs=5e-4 + b / a * (0.05 / a + 0.05 / b))
+
+
 def phases(line: str) -> dict[str, tuple[float, float]]:
     """{phase: (seconds, share in %)} of a printed round, and its total under 'round'."""
     out = {k: (float(s), float(p)) for k, s, p in re.findall(r"(\w+) ([\d.]+)s \((\d+)%\)", line)}
@@ -35,12 +40,25 @@ def test_every_section_is_reported_and_saved_under_the_device_name(report):
     for section in ("(1)", "(2)", "(3)", "(4)", "(5)", "(6)", "(7)"):
         assert f"\n{section} " in text
     assert "\ncommand: python -m ray_jobs.bench --profile small --out-dir " in text
-    # the engines of every method in both precisions, the ratio the printed rates' (4 significant digits printed)
+    # the engines of every method in both precisions, the ratio the printed rates'
     rows = re.findall(r"(\w+) +(32-true|bf16-mixed) +sequential +([\d.]+) images/s +fused +([\d.]+) images/s +"
                       r"fused / sequential +([\d.]+)", text)
     assert {(m, p) for m, p, *_ in rows} == {(m, p) for m in ("fedavg", "fpl") for p in ("32-true", "bf16-mixed")}
     for *_, seq, fused, ratio in rows:
-        assert float(ratio) == pytest.approx(float(fused) / float(seq), abs=2e-3)
+        assert float(ratio) == printed_ratio(float(seq), float(fused))
+    # the fused engine's bf16-mixed / 32-true, of the same rows' rates
+    fused = {(m, p): float(f) for m, p, _, f, _ in rows}
+    bf16 = dict(re.findall(r"(\w+) +fused bf16-mixed / 32-true +([\d.]+)", text))
+    assert sorted(bf16) == ["fedavg", "fpl"]
+    for m, ratio in bf16.items():
+        assert float(ratio) == printed_ratio(fused[(m, "32-true")], fused[(m, "bf16-mixed")])
+    # clients of unequal sizes: one stack against one stack per size and against one client after another
+    (seq, one, per_size, r_stacks, r_seq), = re.findall(
+        r"clients of unequal sizes \(FedAvg, 2 clients of each of 20, 3, 5 samples, batch 4, 32-true\): sequential "
+        r"([\d.]+), one stack ([\d.]+), per-size stacks ([\d.]+) images/s; one stack / per-size stacks +([\d.]+), "
+        r"one stack / sequential +([\d.]+)", text)
+    assert float(r_stacks) == printed_ratio(float(per_size), float(one))
+    assert float(r_seq) == printed_ratio(float(seq), float(one))
     # the fused step's input both ways, the ratio the printed times' (to 0.01 ms and 0.01)
     (clients, each, one, ratio), = re.findall(r"fused step input \((\d+) clients x 64 augmented images\): one gather per "
                                               r"client +([\d.]+) ms, one for all +([\d.]+) ms per step, per client / one +"
@@ -53,8 +71,18 @@ def test_every_section_is_reported_and_saved_under_the_device_name(report):
                       r"channels_last / contiguous +([\d.]+)", text)
     assert [r[0] for r in rows] == ["training", "evaluation"]
     for _, contiguous, channels_last, ratio in rows:
-        a, b = float(contiguous), float(channels_last)  # (printed to 0.1 images/s, the ratio to 0.001)
-        assert float(ratio) == pytest.approx(b / a, abs=5e-4 + b / a * (0.05 / a + 0.05 / b))
+        assert float(ratio) == printed_ratio(float(contiguous), float(channels_last))
+    # (2)'s ratio beside its target; (8) a FedPLVM round without and with evaluation, and the full runs' estimates
+    assert re.search(r"ratio fit_local / plain +[\d.]+ +\(target >= 0\.98\)", text)
+    (plain, evaluation, evaluated, ratio), = re.findall(
+        r"without evaluation \(round 1\) .*round ([\d.]+)s\n.*with evaluation +\(round 2\) .*evaluation ([\d.]+)s "
+        r"\(\d+%\).*round ([\d.]+)s\n +with / without +([\d.]+)", text)
+    plain, evaluated = float(plain), float(evaluated)
+    assert float(evaluation) > 0 and float(ratio) == pytest.approx(evaluated / plain, abs=6e-3 + 1e-3 * evaluated / plain)
+    estimates = re.findall(r"a full run \(50 rounds\) at --eval-every (\d+) *: +(\d+) rounds evaluated, about +([\d.]+) min", text)
+    assert [(int(k), int(e)) for k, e, _ in estimates] == [(1, 50), (5, 14), (50, 5)]  # every 5th and the last 5
+    for _, e, minutes in estimates:
+        assert float(minutes) == pytest.approx((int(e) * evaluated + (50 - int(e)) * plain) / 60, abs=0.051)
 
 
 def test_phase_shares_add_up_and_in_process_training_is_the_sum_of_the_groups(report):
