@@ -59,6 +59,9 @@ class DatasetSpec:
     # FedProto's n-way k-shot split (benchmark.fewshot): split name -> mean n; each client gets its own
     # test samples (40 of each of its classes) and is evaluated on them in its client group
     ways: dict[str, int] | None = None
+    # FedPLVM's Dirichlet label skew (`RunConfig.dirichlet_alpha`, `benchmark.partition.LabelSkew`): how a drawn
+    # share becomes a count: its code rounds Digit-5's up (np.ceil) and truncates Office-10's (astype(int))
+    skew_rounding: str = "ceil"
 
 
 DATASET_SPECS: dict[str, DatasetSpec] = {
@@ -69,7 +72,7 @@ DATASET_SPECS: dict[str, DatasetSpec] = {
     "digit5": DatasetSpec(num_classes=10, model="resnet10_plvm", image_size=64, per_class=(10, 100),
                           transform=Transform(mean=(0.5,) * 3, std=(0.5,) * 3, augment=False)),
     "office10": DatasetSpec(num_classes=10, model="resnet10_plvm", image_size=64, per_class=(10, 100),
-                            transform=Transform(mean=(0.0,) * 3, std=(1.0,) * 3, augment=False)),
+                            transform=Transform(mean=(0.0,) * 3, std=(1.0,) * 3, augment=False), skew_rounding="floor"),
     # FedProto (its lib/utils.py): MNIST 1 x 28 x 28, ToTensor + Normalize((0.1307,), (0.3081,)), no augmentation
     "mnist": DatasetSpec(num_classes=10, model="cnn_mnist", image_size=28, channels=1, ways={"3way": 3, "4way": 4, "5way": 5},
                          transform=Transform(mean=(0.1307,), std=(0.3081,), augment=False)),

@@ -67,6 +67,9 @@ def setting_line(cfg: RunConfig, domains: list[str], done: list[RunConfig] = ())
     return (f"Preset {cfg.preset}: {cfg.rounds} rounds x {cfg.local_epochs} local epochs, batch {cfg.batch_size}, "
             f"lr {cfg.lr:g}, momentum {cfg.momentum:g}, client fraction {cfg.client_fraction:g}"
             + (f", test sets capped at {cfg.eval_max}" if cfg.eval_max else "")
+            + (f", Dirichlet label skew alpha {cfg.dirichlet_alpha:g} (each client's drawn class counts in its run's "
+               f"config.json), weights averaged by {'sample count' if cfg.aggregation == 'samples' else 'client'}"
+               if cfg.dirichlet_alpha is not None else "")
             + (f"; tested after {evaluated}" if evaluated else "") + "."
             + "".join(f" {d}: {note}." for d, note in STAND_INS.get(cfg.dataset, {}).items() if d in domains))
 

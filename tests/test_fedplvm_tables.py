@@ -85,7 +85,7 @@ def test_ablation_tables_and_the_shared_run(smoke, data_root):
         assert "The paper gives only an AVG over all of its domains" in (smoke / f"tablefedplvm{t}.md").read_text()
     # every ablation's FedPLVM row is the one Digit-5 run of Tables 1-2; 20 distinct runs in all
     names = sorted(p.name for p in (smoke / "runs").iterdir())
-    assert len(names) == 20 and names.count("fedplvm-digit5-no_svhn_syn_mnistm-default-seed0") == 1
+    assert len(names) == 22 and names.count("fedplvm-digit5-no_svhn_syn_mnistm-default-seed0") == 1
     v = summary(smoke, "fedplvm-digit5-no_svhn_syn_mnistm-default-seed0")["final"]["AVG"]
     for t in ("3", "4", "5"):
         df = pd.read_csv(smoke / f"tablefedplvm{t}.csv")
@@ -95,7 +95,27 @@ def test_ablation_tables_and_the_shared_run(smoke, data_root):
                                                               for m in ("fedplvm", "fedplvm_no_global_clustering")}
     # resumable: a second sweep of the group runs nothing
     runs = {r.out: r for t in GROUPS["fedplvm"] for r in plan(t, "smoke", DOMAINS.split(","), smoke, str(data_root))}
-    assert len(runs) == 20 and execute(list(runs.values()), None) == []
+    assert len(runs) == 22 and execute(list(runs.values()), None) == []
+
+
+def test_tables_7_and_8_label_skew(smoke):
+    """FedPLVM's rows of Tables 7-8 at the smoke profile (the other methods run the same split code): Dirichlet
+    label skew, every image of the drawn counts, weights averaged by sample count; compared with the paper's."""
+    df = pd.read_csv(smoke / "tablefedplvm78.csv")
+    assert set(df.method) == {"fedplvm"} and set(df.dataset) == {"digit5", "office10"}
+    cell = lambda d, dom: df[(df.dataset == d) & (df.domain == dom)].iloc[0]  # noqa: E731
+    assert cell("digit5", "usps")["paper"] == 73.98 and cell("office10", "dslr")["paper"] == 59.79
+    assert cell("office10", "AVG of 2")["paper"] == pytest.approx((55.28 + 59.79) / 2)
+    for ds, name in (("digit5", "fedplvm-digit5-no_svhn_syn_mnistm-default-dirichlet0.5-seed0"),
+                     ("office10", "fedplvm-office10-no_caltech_webcam-default-dirichlet0.5-seed0")):
+        cfg = json.loads((smoke / "runs" / name / "config.json").read_text())
+        assert cfg["dirichlet_alpha"] == 0.5 and cfg["aggregation"] == "samples" and cfg["client_fraction"] == 1.0
+        assert all(sum(c["class_counts"]) == c["num_samples"] for c in cfg["clients"])
+        assert summary(smoke, name)["final"]["AVG"] == pytest.approx(cell(ds, "AVG of 2")["ours_mean"], abs=1e-4)
+    usps = next(c for c in json.loads((smoke / "runs" / "fedplvm-digit5-no_svhn_syn_mnistm-default-dirichlet0.5-seed0"
+                                       / "config.json").read_text())["clients"] if c["domain"] == "usps")
+    assert usps["class_counts"] == [5, 1, 2, 7, 2, 9, 20, 1, 3, 14]  # seed 0's draw (tests/test_label_skew.py)
+    assert "Dirichlet label skew alpha 0.5" in (smoke / "tablefedplvm78.md").read_text()
 
 
 def test_table4_prototypes_received_per_round(smoke):
