@@ -85,7 +85,7 @@ def test_ablation_tables_and_the_shared_run(smoke, data_root):
         assert "The paper gives only an AVG over all of its domains" in (smoke / f"tablefedplvm{t}.md").read_text()
     # every ablation's FedPLVM row is the one Digit-5 run of Tables 1-2; 20 distinct runs in all
     names = sorted(p.name for p in (smoke / "runs").iterdir())
-    assert len(names) == 22 and names.count("fedplvm-digit5-no_svhn_syn_mnistm-default-seed0") == 1
+    assert len(names) == 23 and names.count("fedplvm-digit5-no_svhn_syn_mnistm-default-seed0") == 1
     v = summary(smoke, "fedplvm-digit5-no_svhn_syn_mnistm-default-seed0")["final"]["AVG"]
     for t in ("3", "4", "5"):
         df = pd.read_csv(smoke / f"tablefedplvm{t}.csv")
@@ -95,7 +95,7 @@ def test_ablation_tables_and_the_shared_run(smoke, data_root):
                                                               for m in ("fedplvm", "fedplvm_no_global_clustering")}
     # resumable: a second sweep of the group runs nothing
     runs = {r.out: r for t in GROUPS["fedplvm"] for r in plan(t, "smoke", DOMAINS.split(","), smoke, str(data_root))}
-    assert len(runs) == 22 and execute(list(runs.values()), None) == []
+    assert len(runs) == 23 and execute(list(runs.values()), None) == []
 
 
 def test_tables_7_and_8_label_skew(smoke):
@@ -116,6 +116,17 @@ def test_tables_7_and_8_label_skew(smoke):
                                        / "config.json").read_text())["clients"] if c["domain"] == "usps")
     assert usps["class_counts"] == [5, 1, 2, 7, 2, 9, 20, 1, 3, 14]  # seed 0's draw (tests/test_label_skew.py)
     assert "Dirichlet label skew alpha 0.5" in (smoke / "tablefedplvm78.md").read_text()
+
+
+def test_table9_kmeans(smoke):
+    """Table 9 at the smoke profile: K-Means with FINCH's K (the K = 2 and 5 rows the same code, full profile only)."""
+    df = pd.read_csv(smoke / "tablefedplvm9.csv")
+    assert list(dict.fromkeys(df.method)) == ["fedplvm_kmeans_adaptive"]
+    row = df[df.domain == "usps"].iloc[0]
+    assert row["paper"] == 85.83
+    s = summary(smoke, "fedplvm_kmeans_adaptive-digit5-no_svhn_syn_mnistm-default-seed0")
+    assert s["hparams"]["clustering"] == "kmeans" and s["hparams"]["kmeans_k"] == "adaptive"
+    assert row["ours_mean"] == pytest.approx(s["final"]["usps"], abs=1e-4)
 
 
 def test_table4_prototypes_received_per_round(smoke):
