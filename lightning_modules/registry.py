@@ -259,6 +259,8 @@ fedplvm_variant("fedplvm_no_global_clustering", "Table 4 w/o: every local cluste
 fedplvm_variant("fedplvm_no_loss", "Table 5: neither contrast nor correction (CE only)", contrast=False, correction=False)
 fedplvm_variant("fedplvm_contrast_only", "Table 5: the alpha-sparsity contrast only", correction=False)
 fedplvm_variant("fedplvm_correction_only", "Table 5: the correction term only", contrast=False)
+fedplvm_variant("fedplvm_cluster_avg", "Table 12: FINCH clusters locally, their mean globally (one per class)",
+                global_protos="mean")
 fedplvm_variant("fedplvm_kmeans_adaptive", "Table 9: K-Means at both levels, K = FINCH's cluster count",
                 clustering="kmeans", kmeans_k="adaptive")
 fedplvm_variant("fedplvm_kmeans2", "Table 9: K-Means at both levels, K = 2", clustering="kmeans", kmeans_k=2)

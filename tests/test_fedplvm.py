@@ -197,6 +197,12 @@ def test_dual_level_clustering_on_a_constructed_example():
     assert pay_mean.prototype_labels.tolist() == [0, 1]
     torch.testing.assert_close(pay_mean.prototypes, class_means(pay_all.prototypes, pay_all.prototype_labels, 4)[:2])
 
+    # Table 12 cluster/avg: the clustered local prototypes, one global per class, the mean of all of them
+    pay_ca = FedPLVMServer(METHODS["fedplvm_cluster_avg"].defaults, 4, DIM, 10, []).payload(uploads, 0)
+    assert pay_ca.prototype_labels.tolist() == [0, 1]
+    torch.testing.assert_close(pay_ca.prototypes[0], sum(e[0][0] + e[1][0]) / 4)
+    torch.testing.assert_close(pay_ca.prototypes[1], sum(e[0][1] + e[1][1]) / 2)
+
     # Table 3 avg/*: a client uploads one class mean per class
     module.hparams["local_protos"] = "mean"
     z = torch.cat(feats[0][0] + feats[0][1])
@@ -341,6 +347,7 @@ def test_registry_defaults_and_variants():
     assert METHODS["fedplvm_no_loss"].defaults == {**base, "contrast": False, "correction": False}
     assert METHODS["fedplvm_contrast_only"].defaults == {**base, "correction": False}
     assert METHODS["fedplvm_correction_only"].defaults == {**base, "contrast": False}
+    assert METHODS["fedplvm_cluster_avg"].defaults == {**base, "global_protos": "mean"}  # Table 12
     assert METHODS["fedplvm_kmeans_adaptive"].defaults == {**base, "clustering": "kmeans"}  # Table 9
     assert METHODS["fedplvm_kmeans2"].defaults == {**base, "clustering": "kmeans", "kmeans_k": 2}
     assert METHODS["fedplvm_kmeans5"].defaults == {**base, "clustering": "kmeans", "kmeans_k": 5}

@@ -85,7 +85,7 @@ def test_ablation_tables_and_the_shared_run(smoke, data_root):
         assert "The paper gives only an AVG over all of its domains" in (smoke / f"tablefedplvm{t}.md").read_text()
     # every ablation's FedPLVM row is the one Digit-5 run of Tables 1-2; 20 distinct runs in all
     names = sorted(p.name for p in (smoke / "runs").iterdir())
-    assert len(names) == 23 and names.count("fedplvm-digit5-no_svhn_syn_mnistm-default-seed0") == 1
+    assert len(names) == 24 and names.count("fedplvm-digit5-no_svhn_syn_mnistm-default-seed0") == 1
     v = summary(smoke, "fedplvm-digit5-no_svhn_syn_mnistm-default-seed0")["final"]["AVG"]
     for t in ("3", "4", "5"):
         df = pd.read_csv(smoke / f"tablefedplvm{t}.csv")
@@ -95,7 +95,7 @@ def test_ablation_tables_and_the_shared_run(smoke, data_root):
                                                               for m in ("fedplvm", "fedplvm_no_global_clustering")}
     # resumable: a second sweep of the group runs nothing
     runs = {r.out: r for t in GROUPS["fedplvm"] for r in plan(t, "smoke", DOMAINS.split(","), smoke, str(data_root))}
-    assert len(runs) == 23 and execute(list(runs.values()), None) == []
+    assert len(runs) == 24 and execute(list(runs.values()), None) == []
 
 
 def test_tables_7_and_8_label_skew(smoke):
@@ -127,6 +127,14 @@ def test_table9_kmeans(smoke):
     s = summary(smoke, "fedplvm_kmeans_adaptive-digit5-no_svhn_syn_mnistm-default-seed0")
     assert s["hparams"]["clustering"] == "kmeans" and s["hparams"]["kmeans_k"] == "adaptive"
     assert row["ours_mean"] == pytest.approx(s["final"]["usps"], abs=1e-4)
+
+
+def test_table12_local_clustering_global_average(smoke):
+    df = pd.read_csv(smoke / "tablefedplvm_t12.csv")
+    assert list(dict.fromkeys(df.method)) == ["fedplvm_cluster_avg"]
+    assert df[df.domain == "mnist"].iloc[0]["paper"] == 89.43
+    rounds = read_jsonl(smoke / "runs" / "fedplvm_cluster_avg-digit5-no_svhn_syn_mnistm-default-seed0" / "metrics.jsonl")
+    assert [r["prototypes_received"] for r in rounds[1:]] == [10]  # one global prototype per class
 
 
 def test_table4_prototypes_received_per_round(smoke):
