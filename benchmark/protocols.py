@@ -33,7 +33,9 @@ SPLITS: dict[str, dict[str, dict[str, int]]] = {
         "default": {"caltech": 3, "amazon": 2, "webcam": 1, "dslr": 4},
         "fedapc": {"caltech": 3, "amazon": 2, "webcam": 2, "dslr": 1},  # FedAPC's 8 clients
     },
-    "digit5": {"default": {d: 1 for d in DATASETS["digit5"]}},  # FedPLVM: one client per domain
+    # FedPLVM: one client per domain; its Table 10: 10 clients, unbalanced (each the next 10 images of each class)
+    "digit5": {"default": {d: 1 for d in DATASETS["digit5"]},
+               "unbalanced": {"mnist": 1, "svhn": 4, "usps": 2, "syn": 2, "mnistm": 1}},
     # FedProto: 20 MNIST clients, n-way k-shot with mean n = 3, 4 or 5 (DatasetSpec.ways)
     "mnist": {f"{n}way": {"mnist": 20} for n in (3, 4, 5)},
     "office10": {"default": {d: 1 for d in DATASETS["office10"]}},
