@@ -80,7 +80,10 @@ def is_complete(run_dir: Path, expected: dict | None = None) -> bool:
     if not s.get("complete") or expected is None:
         return bool(s.get("complete"))
     # a summary written before a protocol key existed ran with that key's value in LATER_KEYS
-    return isinstance(s.get("protocol"), dict) and protocol(s["protocol"]) == json.loads(json.dumps(protocol(expected)))
+    try:
+        return protocol(s["protocol"]) == json.loads(json.dumps(protocol(expected)))
+    except (KeyError, TypeError):  # no protocol, or one without a key it needs: not this run
+        return False
 
 
 def run_complete(cfg) -> bool:

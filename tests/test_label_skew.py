@@ -113,3 +113,19 @@ def test_command_line_and_run_name():
         RunConfig.from_preset("fedplvm-digit5", dirichlet_alpha=0.0)
     with pytest.raises(Exception, match="n-way k-shot"):
         RunConfig.from_preset("fedproto-mnist-n3", dirichlet_alpha=0.5)
+
+
+def test_a_run_recorded_before_the_skew_existed_is_label_iid(tmp_path):
+    """dirichlet_alpha is a protocol key: a summary written before it existed ran label iid (None)."""
+    import json
+
+    from benchmark.results import is_complete, protocol
+
+    cfg = RunConfig.from_preset("fedplvm-digit5", method="fedplvm")
+    old = {k: v for k, v in protocol(cfg).items() if k != "dirichlet_alpha"}
+    (tmp_path / "summary.json").write_text(json.dumps({"complete": True, "protocol": old}))
+    assert is_complete(tmp_path, protocol(cfg))
+    assert not is_complete(tmp_path, protocol(RunConfig.from_preset("fedplvm-digit5", method="fedplvm",
+                                                                     dirichlet_alpha=0.5)))
+    (tmp_path / "summary.json").write_text(json.dumps({"complete": True, "protocol": {"method": "fedplvm"}}))
+    assert not is_complete(tmp_path, protocol(cfg))
