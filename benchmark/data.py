@@ -227,16 +227,20 @@ def shuffled_split(labels: np.ndarray, test_size: float = 0.2, seed: int = 0) ->
 ONE_ARCHIVE_SPLIT = {"office_caltech": "position", "office10": "shuffled"}
 
 
-def first_per_class(labels: np.ndarray, k: int) -> np.ndarray:
-    """Indices (ascending) of the first k samples of every class in archive order (all of a class with fewer)."""
-    return np.sort(np.concatenate([np.flatnonzero(labels == c)[:k] for c in np.unique(labels)] + [np.zeros(0, np.int64)]))
+def first_per_class(labels: np.ndarray, k) -> np.ndarray:
+    """Indices (ascending) of the first k samples of every class in archive order (all of a class with fewer); k a
+    number, or one per class (indexed by the class)."""
+    ks = np.asarray(k)
+    return np.sort(np.concatenate([np.flatnonzero(labels == c)[:int(ks if ks.ndim == 0 else ks[c])]
+                                   for c in np.unique(labels)] + [np.zeros(0, np.int64)]))
 
 
 def load_domain(root: Path, dataset: str, domain: str, need_test: bool = True, need_train: bool = True,
-                per_class: tuple[int, int] | None = None) -> Domain:
+                per_class: tuple | None = None) -> Domain:
     """A domain's train and test sets. A domain with one archive (Office) is split by position (`office_split`,
     FPL's) or by a stratified shuffle (`shuffled_split`, FedPLVM's), as `ONE_ARCHIVE_SPLIT` says. `per_class` =
-    (k_train, k_test) keeps the first k of each class of each set (FedPLVM's protocol)."""
+    (k_train, k_test) keeps the first k of each class of each set (FedPLVM's protocol); each k a number or one per
+    class (a per-class protocol's several clients, or its Dirichlet label skew: `benchmark.partition.load_counts`)."""
     train_stem, test_stem = DATASETS[dataset][domain]
     if test_stem is None:  # one archive, split in two
         x, y = load_archive(root, train_stem)

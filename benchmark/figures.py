@@ -213,7 +213,11 @@ def test_features(run_dir: Path, per_domain: int, data_root: str | None = None) 
     root = resolve_data_root(data_root or cfg.get("data_root"))
     parts = []
     for dom in cfg["domains"]:
-        d = load_domain(root, cfg["dataset"], dom, need_train=False, per_class=spec.per_class)
+        # under a label skew the run's config.json holds each domain's test class counts (its clients')
+        drawn = next((c["test_class_counts"] for c in cfg.get("clients", []) if c["domain"] == dom
+                      and "test_class_counts" in c), None)
+        per_class = spec.per_class if drawn is None else (np.zeros(len(drawn), np.int64), np.asarray(drawn))
+        d = load_domain(root, cfg["dataset"], dom, need_train=False, per_class=per_class)
         x, y = domain_test_set(d, spec, cfg.get("eval_max"), per_domain)
         with torch.no_grad():
             z = torch.cat([model.features(spec.transform.eval(x[i : i + 500])) for i in range(0, len(x), 500)]).numpy()

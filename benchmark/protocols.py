@@ -33,7 +33,9 @@ SPLITS: dict[str, dict[str, dict[str, int]]] = {
         "default": {"caltech": 3, "amazon": 2, "webcam": 1, "dslr": 4},
         "fedapc": {"caltech": 3, "amazon": 2, "webcam": 2, "dslr": 1},  # FedAPC's 8 clients
     },
-    "digit5": {"default": {d: 1 for d in DATASETS["digit5"]}},  # FedPLVM: one client per domain
+    # FedPLVM: one client per domain; its Table 10: 10 clients, unbalanced (each the next 10 images of each class)
+    "digit5": {"default": {d: 1 for d in DATASETS["digit5"]},
+               "unbalanced": {"mnist": 1, "svhn": 4, "usps": 2, "syn": 2, "mnistm": 1}},
     # FedProto: 20 MNIST clients, n-way k-shot with mean n = 3, 4 or 5 (DatasetSpec.ways)
     "mnist": {f"{n}way": {"mnist": 20} for n in (3, 4, 5)},
     "office10": {"default": {d: 1 for d in DATASETS["office10"]}},
@@ -59,6 +61,9 @@ class DatasetSpec:
     # FedProto's n-way k-shot split (benchmark.fewshot): split name -> mean n; each client gets its own
     # test samples (40 of each of its classes) and is evaluated on them in its client group
     ways: dict[str, int] | None = None
+    # FedPLVM's Dirichlet label skew (`RunConfig.dirichlet_alpha`, `benchmark.partition.LabelSkew`): how a drawn
+    # share becomes a count: its code rounds Digit-5's up (np.ceil) and truncates Office-10's (astype(int))
+    skew_rounding: str = "ceil"
 
 
 DATASET_SPECS: dict[str, DatasetSpec] = {
@@ -69,7 +74,7 @@ DATASET_SPECS: dict[str, DatasetSpec] = {
     "digit5": DatasetSpec(num_classes=10, model="resnet10_plvm", image_size=64, per_class=(10, 100),
                           transform=Transform(mean=(0.5,) * 3, std=(0.5,) * 3, augment=False)),
     "office10": DatasetSpec(num_classes=10, model="resnet10_plvm", image_size=64, per_class=(10, 100),
-                            transform=Transform(mean=(0.0,) * 3, std=(1.0,) * 3, augment=False)),
+                            transform=Transform(mean=(0.0,) * 3, std=(1.0,) * 3, augment=False), skew_rounding="floor"),
     # FedProto (its lib/utils.py): MNIST 1 x 28 x 28, ToTensor + Normalize((0.1307,), (0.3081,)), no augmentation
     "mnist": DatasetSpec(num_classes=10, model="cnn_mnist", image_size=28, channels=1, ways={"3way": 3, "4way": 4, "5way": 5},
                          transform=Transform(mean=(0.1307,), std=(0.3081,), augment=False)),

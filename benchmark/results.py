@@ -60,9 +60,9 @@ def summarize(cfg: dict, clients: list[dict], rounds: list[dict]) -> dict:
 
 PROTOCOL_KEYS = ("method", "dataset", "split", "domains", "seed", "rounds", "local_epochs", "batch_size", "lr",
                  "momentum", "weight_decay", "drop_last", "aggregation", "client_init", "hparams", "client_fraction",
-                 "eval_max", "precision")
+                 "eval_max", "precision", "dirichlet_alpha")
 # keys added since runs were first recorded: a run folder without one ran with its value here
-LATER_KEYS = {"aggregation": "samples", "client_init": "shared"}
+LATER_KEYS = {"aggregation": "samples", "client_init": "shared", "dirichlet_alpha": None}
 
 
 def protocol(cfg) -> dict:
@@ -77,7 +77,13 @@ def is_complete(run_dir: Path, expected: dict | None = None) -> bool:
         s = json.loads((Path(run_dir) / "summary.json").read_text())
     except (OSError, ValueError):
         return False
-    return bool(s.get("complete")) and (expected is None or s.get("protocol") == json.loads(json.dumps(expected)))
+    if not s.get("complete") or expected is None:
+        return bool(s.get("complete"))
+    # a summary written before a protocol key existed ran with that key's value in LATER_KEYS
+    try:
+        return protocol(s["protocol"]) == json.loads(json.dumps(protocol(expected)))
+    except (KeyError, TypeError):  # no protocol, or one without a key it needs: not this run
+        return False
 
 
 def run_complete(cfg) -> bool:

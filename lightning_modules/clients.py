@@ -113,7 +113,7 @@ class ClientGroup:
         own_weights = not METHODS[cfg.method].server.averages_weights
         whole = {c["domain"] for c in clients if "test_indices" not in c and own_weights}
         tested = whole | {c["domain"] for c in clients if "test_indices" in c}
-        raw = {d: load_domain(Path(data_root), cfg.dataset, d, need_test=d in tested, per_class=spec.per_class)
+        raw = {d: load_domain(Path(data_root), cfg.dataset, d, need_test=d in tested, per_class=cfg.domain_per_class(d))
                for d in domains}
         domain_tests = {}  # one copy of a domain's test set for its clients here
         for d in whole:

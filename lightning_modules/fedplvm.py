@@ -17,7 +17,8 @@ The paper's ablations are hyperparameters and registry variants:
 `local_protos` cluster | mean and `global_protos` cluster | mean (Table 3),
 `global_protos` all: every local clustered prototype sent, no global clustering
 (Table 4), `contrast` / `correction` on or off (Table 5); `correction_form` code |
-paper picks the correction term (docs/deviations.md).
+paper picks the correction term (docs/deviations.md); `clustering` finch | kmeans with
+`kmeans_k` adaptive (FINCH's count) or a number, at both levels (Table 9).
 """
 from __future__ import annotations
 
@@ -81,7 +82,7 @@ class FedPLVMClient(ClientModule):
         z, y = self.eval_features(x).cpu(), y.cpu()
         if self.hparams["local_protos"] == "mean":
             return {int(k): z[y == k].mean(dim=0, keepdim=True) for k in torch.unique(y)}
-        return class_cluster_prototypes(z, y)
+        return class_cluster_prototypes(z, y, self.hparams["clustering"], self.hparams["kmeans_k"])
 
 
 class FedPLVMServer(FedAvgServer):
@@ -90,7 +91,8 @@ class FedPLVMServer(FedAvgServer):
     def payload(self, client_protos, round_idx):
         how = self.hparams["global_protos"]
         if how == "cluster":  # FINCH per class over every client's local prototypes
-            protos, labels, _ = cluster_prototypes(client_protos, self.num_classes, self.feature_dim)
+            protos, labels, _ = cluster_prototypes(client_protos, self.num_classes, self.feature_dim,
+                                                   self.hparams["clustering"], self.hparams["kmeans_k"])
             return FedPLVMRound(prototypes=protos, prototype_labels=labels)
         if how == "mean":  # one prototype per class: the mean of the clients' local prototypes (Table 3, */avg)
             means = mean_prototypes(client_protos, self.num_classes, self.feature_dim)

@@ -1,5 +1,6 @@
 """Prototype construction: class means, FINCH cluster prototypes (of the clients' prototypes on the server,
-FPL and FedPLVM; of a client's own features, FedPLVM's local level), unbiased prototypes."""
+FPL and FedPLVM; of a client's own features, FedPLVM's local level), or K-Means ones instead (FedPLVM's Table 9),
+unbiased prototypes."""
 from __future__ import annotations
 
 import warnings
@@ -49,34 +50,59 @@ def finch_clusters(points: torch.Tensor) -> np.ndarray:
     return np.asarray(c[:, -1], dtype=np.int64)
 
 
-def cluster_means(points: torch.Tensor) -> torch.Tensor:
+CLUSTERINGS = ("finch", "kmeans")  # FedPLVM's `clustering` (Table 9: K-Means instead of FINCH)
+KMEANS_SEED = 0  # scikit-learn's random_state, as FedPLVM's `cluster_protos` (utils/util.py)
+
+
+def kmeans_centers(points: torch.Tensor, k: int | str = "adaptive") -> torch.Tensor:
+    """scikit-learn's KMeans (Euclidean, `n_init="auto"`, `random_state=KMEANS_SEED`) over the rows of `points`, its
+    `cluster_centers_` in its cluster order. k: the number of clusters, or "adaptive": as many as FINCH's last
+    partition has (`finch_clusters`); at most the number of distinct rows (one cluster: their mean)."""
+    from sklearn.cluster import KMeans
+
+    x = points.detach().float().cpu().numpy()
+    if k == "adaptive":
+        k = len(np.unique(finch_clusters(points.detach().float().cpu())))
+    k = min(int(k), len(np.unique(x, axis=0)))
+    if k <= 1:
+        return points.mean(dim=0, keepdim=True)
+    km = KMeans(n_clusters=k, random_state=KMEANS_SEED, n_init="auto").fit(x)
+    return torch.from_numpy(km.cluster_centers_).to(dtype=points.dtype, device=points.device)
+
+
+def cluster_means(points: torch.Tensor, clustering: str = "finch", k: int | str = "adaptive") -> torch.Tensor:
     """FINCH (`finch_clusters`) over the rows of `points`; the mean of each cluster's members, one row per
-    cluster in the order of FINCH's cluster ids."""
+    cluster in the order of FINCH's cluster ids. `clustering="kmeans"`: `kmeans_centers(points, k)` instead."""
+    if clustering == "kmeans":
+        return kmeans_centers(points, k)
     assign = torch.from_numpy(finch_clusters(points.detach().float().cpu())).to(points.device)
     return torch.stack([points[assign == i].mean(dim=0) for i in torch.unique(assign)])
 
 
-def class_cluster_prototypes(features: torch.Tensor, labels: torch.Tensor) -> dict[int, torch.Tensor]:
+def class_cluster_prototypes(features: torch.Tensor, labels: torch.Tensor, clustering: str = "finch",
+                             k: int | str = "adaptive") -> dict[int, torch.Tensor]:
     """FedPLVM's local level: class -> `cluster_means` of that class's features (J x d), for the classes present."""
-    return {int(k): cluster_means(features[labels == k]) for k in torch.unique(labels)}
+    return {int(c): cluster_means(features[labels == c], clustering, k) for c in torch.unique(labels)}
 
 
-def cluster_prototypes(client_protos: dict, num_classes: int, dim: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+def cluster_prototypes(client_protos: dict, num_classes: int, dim: int, clustering: str = "finch",
+                       k: int | str = "adaptive") -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """FPL's server step, and FedPLVM's global level.
 
-    Per class, FINCH over the client prototypes (all rows of every client holding it); a cluster prototype is the mean of
-    its members (a class held by one client keeps that prototype). The unbiased
+    Per class, FINCH (or K-Means: `clustering`, `k`, as `cluster_means`) over the client prototypes (all rows of every
+    client holding it); a cluster prototype is the mean of its members (a class held by one client keeps that
+    prototype). The unbiased
     prototype of a class is the unweighted mean of its cluster prototypes.
     Returns (cluster prototypes M x dim, their classes M, unbiased num_classes x dim
     with NaN rows for classes no client holds).
     """
     protos, labels = [], []
     unbiased = torch.full((num_classes, dim), float("nan"))
-    for k, points in by_class(client_protos).items():
-        centers = cluster_means(points)
+    for c, points in by_class(client_protos).items():
+        centers = cluster_means(points, clustering, k)
         protos.append(centers)
-        labels.append(torch.full((len(centers),), k, dtype=torch.long))
-        unbiased[k] = centers.mean(dim=0)
+        labels.append(torch.full((len(centers),), c, dtype=torch.long))
+        unbiased[c] = centers.mean(dim=0)
     if not protos:
         return torch.zeros(0, dim), torch.zeros(0, dtype=torch.long), unbiased
     return torch.cat(protos), torch.cat(labels), unbiased

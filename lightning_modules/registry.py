@@ -17,8 +17,8 @@ from lightning_modules.fedapc import FedAPCClient, FedAPCServer
 from lightning_modules.fedavg import FedAvgClient, FedAvgServer
 from lightning_modules.feddyn import FedDynClient, FedDynServer
 from lightning_modules.fedfa import FedFAClient, FedFAServer
-from lightning_modules.fedpcl import FedPCLClient, FedPCLServer
 from lightning_modules.fedopt import FedOptServer
+from lightning_modules.fedpcl import FedPCLClient, FedPCLServer
 from lightning_modules.fedplvm import FedPLVMClient, FedPLVMServer
 from lightning_modules.fedproc import FedProcClient, FedProcServer
 from lightning_modules.fedproto import FedProtoClient, FedProtoServer
@@ -27,6 +27,7 @@ from lightning_modules.fedprox import FedProxClient
 from lightning_modules.fpl import FPLClient, FPLServer
 from lightning_modules.local import LocalServer
 from lightning_modules.moon import MOONClient
+from lightning_modules.prototypes import CLUSTERINGS
 
 
 class HyperparameterError(ValueError):
@@ -223,7 +224,10 @@ def _check_fedplvm(hp):
         raise HyperparameterError(f"alpha must be a number in (0, 1] (got {hp['alpha']!r}).")
     _boolean("contrast", "correction")(hp)
     _choices(local_protos=("cluster", "mean"), global_protos=("cluster", "mean", "all"),
-             correction_form=("code", "paper"))(hp)
+             correction_form=("code", "paper"), clustering=CLUSTERINGS)(hp)
+    k = hp["kmeans_k"]
+    if k != "adaptive" and (isinstance(k, bool) or not isinstance(k, int) or k < 1):
+        raise HyperparameterError(f"kmeans_k must be adaptive or an integer >= 1 (got {k!r}).")
 
 
 FEDPLVM_DEFAULTS = dict(
@@ -236,6 +240,8 @@ FEDPLVM_DEFAULTS = dict(
     correction_form="code",  # the code's 2 * mean (1 - cos(z, g_y))^2, or the paper's Eq. 8 (dev. 24)
     local_protos="cluster",  # Table 3: a client's prototypes: FINCH clusters of its features, or the class "mean"
     global_protos="cluster",  # Table 3/4: FINCH over the local ones, their "mean", or "all" sent (no global clustering)
+    clustering="finch",  # Table 9: both levels' clustering, FINCH or scikit-learn's "kmeans" (random_state 0)
+    kmeans_k="adaptive",  # K-Means' K: "adaptive" (as many clusters as FINCH's partition) or a number
 )
 
 
@@ -253,6 +259,12 @@ fedplvm_variant("fedplvm_no_global_clustering", "Table 4 w/o: every local cluste
 fedplvm_variant("fedplvm_no_loss", "Table 5: neither contrast nor correction (CE only)", contrast=False, correction=False)
 fedplvm_variant("fedplvm_contrast_only", "Table 5: the alpha-sparsity contrast only", correction=False)
 fedplvm_variant("fedplvm_correction_only", "Table 5: the correction term only", contrast=False)
+fedplvm_variant("fedplvm_cluster_avg", "Table 12: FINCH clusters locally, their mean globally (one per class)",
+                global_protos="mean")
+fedplvm_variant("fedplvm_kmeans_adaptive", "Table 9: K-Means at both levels, K = FINCH's cluster count",
+                clustering="kmeans", kmeans_k="adaptive")
+fedplvm_variant("fedplvm_kmeans2", "Table 9: K-Means at both levels, K = 2", clustering="kmeans", kmeans_k=2)
+fedplvm_variant("fedplvm_kmeans5", "Table 9: K-Means at both levels, K = 5", clustering="kmeans", kmeans_k=5)
 
 
 def _check_fedfa(hp):

@@ -16,6 +16,7 @@ import math
 from dataclasses import dataclass, field
 
 from benchmark.data import DATASETS
+from benchmark.partition import LabelSkew, load_counts
 from benchmark.protocols import (AGGREGATIONS, CLIENT_INITS, DATASET_SPECS, DEFAULT_SPLIT, PRECISIONS, PRESETS,
                                  RANDOM_SPLIT, SPLITS, ConfigError, DatasetSpec, reference_random_split)
 from benchmark.results import LAST_K
@@ -41,6 +42,9 @@ class RunConfig:
     drop_last: bool = False  # drop each epoch's last short batch (FedPLVM)
     aggregation: str = "samples"  # samples | uniform (AGGREGATIONS)
     client_init: str = "shared"  # shared | own (CLIENT_INITS)
+    # FedPLVM's label skew (its appendix D, `--label_iid False --beta`): each client's class counts drawn from
+    # Dirichlet(alpha) (`benchmark.partition.LabelSkew`); None: the protocol's own split (label iid)
+    dirichlet_alpha: float | None = None
     preset: str | None = None  # the PRESETS entry this config came from (recorded; from_preset sets it)
     hparams: dict = field(default_factory=dict)  # the method's hyperparameters (defaults from the registry)
     client_fraction: float = 1.0  # scales every client's sample count (small settings)
@@ -112,6 +116,12 @@ class RunConfig:
             raise ConfigError(f"unknown aggregation {self.aggregation!r}; choose one of: {', '.join(AGGREGATIONS)}.")
         if self.client_init not in CLIENT_INITS:
             raise ConfigError(f"unknown client initialisation {self.client_init!r}; choose one of: {', '.join(CLIENT_INITS)}.")
+        if self.dirichlet_alpha is not None:
+            if not (self.dirichlet_alpha > 0 and math.isfinite(self.dirichlet_alpha)):
+                raise ConfigError(f"dirichlet-alpha must be a finite number above 0 (got {self.dirichlet_alpha}).")
+            if self.dataset_spec.ways:
+                raise ConfigError(f"{self.dataset}'s n-way k-shot split draws its own classes; the Dirichlet label "
+                                  "split is for the share (FPL) and per-class (FedPLVM) protocols.")
         if self.precision not in PRECISIONS:
             raise ConfigError(f"unknown precision {self.precision!r}; choose one of: {', '.join(PRECISIONS)}.")
         if self.preset is not None and self.preset not in PRESETS:
@@ -170,11 +180,28 @@ class RunConfig:
 
     @property
     def clients_per_domain(self) -> dict[str, int]:
-        if self.split == RANDOM_SPLIT:
-            split = reference_random_split(self.dataset, self.seed)
-        else:
-            split = SPLITS[self.dataset][self.split]
+        split = self.layout
         return {d: split[d] for d in self.domains}
+
+    @property
+    def layout(self) -> dict[str, int]:
+        """Clients per domain of the whole split, the domains left out of the run included."""
+        if self.split == RANDOM_SPLIT:
+            return reference_random_split(self.dataset, self.seed)
+        return dict(SPLITS[self.dataset][self.split])
+
+    @property
+    def label_skew(self) -> LabelSkew | None:
+        """The Dirichlet label split's draw over the whole layout (None: label iid)."""
+        if self.dirichlet_alpha is None:
+            return None
+        return LabelSkew(self.dirichlet_alpha, self.layout, self.dataset_spec.skew_rounding)
+
+    def domain_per_class(self, domain: str):
+        """`load_domain`'s `per_class` for a domain of this run: what its clients train on and its test set keeps
+        (None outside a per-class protocol); the plan, the client groups and the driver all read it."""
+        counts = load_counts(self.dataset_spec.per_class, self.clients_per_domain, self.seed, self.label_skew)
+        return None if counts is None else counts[domain]
 
     @property
     def ways(self) -> int | None:
@@ -190,7 +217,8 @@ class RunConfig:
         if self.name:
             return self.name
         dom = "" if not self.dropped_domains else "-no_" + "_".join(self.dropped_domains)
-        return f"{self.method}-{self.dataset}{dom}-{self.split}-seed{self.seed}"
+        skew = "" if self.dirichlet_alpha is None else f"-dirichlet{self.dirichlet_alpha:g}"
+        return f"{self.method}-{self.dataset}{dom}-{self.split}{skew}-seed{self.seed}"
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)

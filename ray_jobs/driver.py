@@ -79,8 +79,8 @@ class Driver:
         self.domain_of = {} if self.rule.averages_weights or self.client_test_sizes else {c["id"]: c["domain"] for c in clients}
         self.test_sets, self.domain_test_sizes = {}, {}  # the global model's test sets; their sizes
         for d in ([] if self.client_test_sizes else cfg.domains):
-            x, y = domain_test_set(load_domain(Path(data_root), cfg.dataset, d, need_train=False, per_class=spec.per_class),
-                                   spec, cfg.eval_max)
+            x, y = domain_test_set(load_domain(Path(data_root), cfg.dataset, d, need_train=False,
+                                               per_class=cfg.domain_per_class(d)), spec, cfg.eval_max)
             self.domain_test_sizes[d] = len(y)
             if not self.domain_of:  # (else the client groups hold them)
                 self.test_sets[d] = (x.to(self.device), y.to(self.device))

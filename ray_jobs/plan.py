@@ -27,7 +27,7 @@ def plan(table: str, profile: str, requested_domains: list[str] | None, results_
     unknown = sorted(set(requested_domains or []) - set(every))
     if unknown:
         raise ConfigError(f"unknown domain(s) {unknown}; choose from {', '.join(every)}.")
-    rows = spec.row_list()
+    rows = spec.row_list(profile)
     dataset_of = {p: PRESETS[p]["dataset"] for _, p in rows}
     runs = []
     for method, preset in rows:

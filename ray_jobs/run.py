@@ -69,7 +69,11 @@ def build_parser() -> argparse.ArgumentParser:
                         "(without a preset: FPL's protocol, the defaults shown)")
     p.add_argument("--method", default=d["method"].default, help=f"one of {', '.join(METHODS)}")
     p.add_argument("--dataset", default=None, help="digits (default), office_caltech, digit5 or office10")
-    p.add_argument("--split", default=None, help="client split preset (digits: code [default] or paper)")
+    p.add_argument("--split", default=None,
+                   help="client split preset (digits: code [default] or paper); dirichlet: the dataset's default "
+                        "split with FedPLVM's Dirichlet label skew (--dirichlet-alpha, default 0.5)")
+    p.add_argument("--dirichlet-alpha", type=float, default=None,
+                   help="FedPLVM's label skew: each client's class counts drawn from Dirichlet(alpha) (with any split)")
     p.add_argument("--domains", default=None, help="comma-separated subset of the dataset's domains")
     p.add_argument("--rounds", type=int, default=None, help=f"default {d['rounds'].default}")
     p.add_argument("--local-epochs", type=int, default=None, help=f"default {d['local_epochs'].default}")
@@ -117,14 +121,19 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+DIRICHLET, DIRICHLET_ALPHA = "dirichlet", 0.5  # --split dirichlet: FedPLVM's label skew at its alpha (appendix D)
+
+
 def config_from_args(args) -> RunConfig:
     """The preset's protocol (FPL's defaults without one), with every flag given on the command line over it."""
     given = {k: v for k, v in dict(dataset=args.dataset, rounds=args.rounds, local_epochs=args.local_epochs,
                                    batch_size=args.batch_size, lr=args.lr, momentum=args.momentum,
                                    aggregation=args.aggregation, client_init=args.client_init).items() if v is not None}
+    if args.split == DIRICHLET or args.dirichlet_alpha is not None:
+        given["dirichlet_alpha"] = DIRICHLET_ALPHA if args.dirichlet_alpha is None else args.dirichlet_alpha
     make = (lambda **kw: RunConfig.from_preset(args.preset, **kw)) if args.preset else RunConfig
     return make(
-        **given, method=args.method, split=args.split,
+        **given, method=args.method, split=None if args.split == DIRICHLET else args.split,
         domains=args.domains.split(",") if args.domains else None,
         seed=args.seed, hparams=parse_hp(args.hp),
         client_fraction=args.client_fraction, eval_max=args.eval_max, eval_every=args.eval_every, executor=args.executor,
@@ -244,7 +253,7 @@ def plan_run_clients(cfg: RunConfig, root: Path | None = None) -> list[dict]:
     its classes and test indices), as the dataset's protocol partitions it."""
     spec = cfg.dataset_spec
     return plan_clients(root or resolve_data_root(cfg.data_root), cfg.dataset, cfg.clients_per_domain, spec.client_pct,
-                        cfg.seed, cfg.client_fraction, spec.per_class, cfg.ways)
+                        cfg.seed, cfg.client_fraction, spec.per_class, cfg.ways, cfg.label_skew)
 
 
 def run(cfg: RunConfig, quiet: bool = False, resume: bool = False,
@@ -285,7 +294,8 @@ def run(cfg: RunConfig, quiet: bool = False, resume: bool = False,
         driver = Driver(cfg, clients, str(root))
         call = lambda name, *a: getattr(driver, name)(*a)  # noqa: E731
 
-    public_clients = [{k: c[k] for k in ("id", "domain", "num_samples", "classes") if k in c} for c in clients]
+    public_clients = [{k: c[k] for k in ("id", "domain", "num_samples", "classes", "class_counts", "test_class_counts")
+                       if k in c} for c in clients]
     progress = recorder = None
     try:
         record_cfg["provenance"] = run_provenance(checksums, call("describe"))

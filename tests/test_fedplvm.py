@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 import torch
 from test_fpl import _rows_match  # the same rows in any order
+from tiny_net import TinyNet
 
 from benchmark.data import to_tensor_images
 from benchmark.transforms import Transform
@@ -18,8 +19,6 @@ from lightning_modules.fedplvm import FedPLVMClient, FedPLVMRound, FedPLVMServer
 from lightning_modules.losses import COS_EPS, alpha_sparsity_loss, correction_loss, paper_correction_loss
 from lightning_modules.registry import METHODS
 from ray_jobs.config import RunConfig
-
-from tiny_net import TinyNet
 
 NAN = float("nan")
 ALPHA, TAU = 0.25, 0.07
@@ -198,6 +197,12 @@ def test_dual_level_clustering_on_a_constructed_example():
     assert pay_mean.prototype_labels.tolist() == [0, 1]
     torch.testing.assert_close(pay_mean.prototypes, class_means(pay_all.prototypes, pay_all.prototype_labels, 4)[:2])
 
+    # Table 12 cluster/avg: the clustered local prototypes, one global per class, the mean of all of them
+    pay_ca = FedPLVMServer(METHODS["fedplvm_cluster_avg"].defaults, 4, DIM, 10, []).payload(uploads, 0)
+    assert pay_ca.prototype_labels.tolist() == [0, 1]
+    torch.testing.assert_close(pay_ca.prototypes[0], sum(e[0][0] + e[1][0]) / 4)
+    torch.testing.assert_close(pay_ca.prototypes[1], sum(e[0][1] + e[1][1]) / 2)
+
     # Table 3 avg/*: a client uploads one class mean per class
     module.hparams["local_protos"] = "mean"
     z = torch.cat(feats[0][0] + feats[0][1])
@@ -205,6 +210,63 @@ def test_dual_level_clustering_on_a_constructed_example():
     got = module.local_prototypes(z, y)
     torch.testing.assert_close(got[0], z[:6].mean(dim=0, keepdim=True))
     torch.testing.assert_close(got[1], z[6:].mean(dim=0, keepdim=True))
+
+
+def lloyd_fixed_point(points: torch.Tensor, centers: torch.Tensor) -> bool:
+    """Each center is the mean of the points nearest to it (K-Means converged), and every center has some."""
+    nearest = torch.cdist(points, centers).argmin(dim=1)
+    return all((nearest == j).any() and torch.allclose(points[nearest == j].mean(dim=0), c, atol=1e-5)
+               for j, c in enumerate(centers))
+
+
+def test_kmeans_finds_constructed_clusters():
+    """Table 9's K-Means (scikit-learn, seeded): three tight groups far apart give their means with K = 3; K = FINCH's
+    count (4 here) and K = 2 converged partitions of that many; K above the distinct points as many as there are."""
+    from lightning_modules.prototypes import finch_clusters, kmeans_centers
+
+    blobs = [group(d, 10, 20 + d) for d in (0, 1, 2)]
+    pts = torch.cat(blobs)[torch.randperm(30, generator=torch.Generator().manual_seed(0))]
+    means = [b.mean(dim=0) for b in blobs]
+    assert _rows_match(kmeans_centers(pts, 3), means)
+    n_finch = len(np.unique(finch_clusters(pts)))
+    adaptive = kmeans_centers(pts, "adaptive")
+    assert len(adaptive) == n_finch == 4 and lloyd_fixed_point(pts, adaptive)  # FINCH's last partition splits one
+    two = kmeans_centers(pts, 2)
+    assert len(two) == 2 and lloyd_fixed_point(pts, two)
+    torch.testing.assert_close(kmeans_centers(pts, 2), two)  # seeded: the same again
+    dup = torch.cat([means[0].expand(4, DIM), means[1].expand(3, DIM)])
+    assert _rows_match(kmeans_centers(dup, 5), means[:2])  # 2 distinct rows: 2 clusters
+    torch.testing.assert_close(kmeans_centers(pts[:1], 5), pts[:1])
+
+
+def test_kmeans_at_both_levels_on_the_constructed_example():
+    """On the constructed example FINCH finds its groups; K-Means with K = FINCH's count gives the same prototypes
+    at both levels; K = 2 gives 2 local prototypes for every class (Lloyd fixed points of its features) and 2
+    global ones of each class."""
+    feats = constructed()
+    finch = FedPLVMClient(TinyNet(4), METHODS["fedplvm"].defaults)
+    kmeans = FedPLVMClient(TinyNet(4), METHODS["fedplvm_kmeans_adaptive"].defaults)
+    k2 = FedPLVMClient(TinyNet(4), METHODS["fedplvm_kmeans2"].defaults)
+    ups = {"f": {}, "a": {}, "2": {}}
+    for cid, by_cls in feats.items():
+        z = torch.cat([g for k in sorted(by_cls) for g in by_cls[k]])
+        y = torch.cat([torch.full((3 * len(by_cls[k]),), k) for k in sorted(by_cls)])
+        for key, m in (("f", finch), ("a", kmeans), ("2", k2)):
+            m.eval_features = lambda x: x
+            ups[key][cid] = m.local_prototypes(z, y)
+        for k in (0, 1):
+            assert _rows_match(ups["a"][cid][k], ups["f"][cid][k])
+            assert len(ups["2"][cid][k]) == 2 and lloyd_fixed_point(z[y == k], ups["2"][cid][k])
+    pf = FedPLVMServer(METHODS["fedplvm"].defaults, 4, DIM, 10, []).payload(ups["f"], 0)
+    pa = FedPLVMServer(METHODS["fedplvm_kmeans_adaptive"].defaults, 4, DIM, 10, []).payload(ups["a"], 0)
+    assert pa.prototype_labels.tolist() == pf.prototype_labels.tolist() == [0, 0, 1]
+    for k in (0, 1):
+        assert _rows_match(pa.prototypes[pa.prototype_labels == k], pf.prototypes[pf.prototype_labels == k])
+    p2 = FedPLVMServer(METHODS["fedplvm_kmeans2"].defaults, 4, DIM, 10, []).payload(ups["2"], 0)
+    assert p2.prototype_labels.tolist() == [0, 0, 1, 1]
+    for k in (0, 1):
+        pts = torch.cat([ups["2"][c][k] for c in (0, 1)])
+        assert lloyd_fixed_point(pts, p2.prototypes[p2.prototype_labels == k])
 
 
 def test_local_pass_is_eval_mode_over_the_training_images(data_root):
@@ -276,7 +338,8 @@ def test_paper_correction_form(case, payload):
 
 def test_registry_defaults_and_variants():
     base = {"alpha": 0.25, "tau": 0.07, "lambda": 100.0, "contrast": True, "correction": True,
-            "correction_form": "code", "local_protos": "cluster", "global_protos": "cluster"}
+            "correction_form": "code", "local_protos": "cluster", "global_protos": "cluster", "clustering": "finch",
+            "kmeans_k": "adaptive"}
     assert METHODS["fedplvm"].defaults == base
     assert METHODS["fedplvm_avg_avg"].defaults == {**base, "local_protos": "mean", "global_protos": "mean"}
     assert METHODS["fedplvm_avg_cluster"].defaults == {**base, "local_protos": "mean"}
@@ -284,12 +347,16 @@ def test_registry_defaults_and_variants():
     assert METHODS["fedplvm_no_loss"].defaults == {**base, "contrast": False, "correction": False}
     assert METHODS["fedplvm_contrast_only"].defaults == {**base, "correction": False}
     assert METHODS["fedplvm_correction_only"].defaults == {**base, "contrast": False}
+    assert METHODS["fedplvm_cluster_avg"].defaults == {**base, "global_protos": "mean"}  # Table 12
+    assert METHODS["fedplvm_kmeans_adaptive"].defaults == {**base, "clustering": "kmeans"}  # Table 9
+    assert METHODS["fedplvm_kmeans2"].defaults == {**base, "clustering": "kmeans", "kmeans_k": 2}
+    assert METHODS["fedplvm_kmeans5"].defaults == {**base, "clustering": "kmeans", "kmeans_k": 5}
 
 
 @pytest.mark.parametrize("name,value", [
     ("alpha", 0), ("alpha", 1.5), ("alpha", "0.25"), ("tau", 0), ("tau", -0.07), ("lambda", 0), ("lambda", True),
     ("contrast", "yes"), ("correction", 1), ("correction_form", "mse"), ("local_protos", "kmeans"),
-    ("global_protos", "none"),
+    ("global_protos", "none"), ("clustering", "dbscan"), ("kmeans_k", 0), ("kmeans_k", "auto"), ("kmeans_k", 2.5),
 ])
 def test_invalid_hyperparameter_raises_naming_it(name, value):
     with pytest.raises(ValueError, match=name):

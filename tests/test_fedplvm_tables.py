@@ -85,7 +85,7 @@ def test_ablation_tables_and_the_shared_run(smoke, data_root):
         assert "The paper gives only an AVG over all of its domains" in (smoke / f"tablefedplvm{t}.md").read_text()
     # every ablation's FedPLVM row is the one Digit-5 run of Tables 1-2; 20 distinct runs in all
     names = sorted(p.name for p in (smoke / "runs").iterdir())
-    assert len(names) == 20 and names.count("fedplvm-digit5-no_svhn_syn_mnistm-default-seed0") == 1
+    assert len(names) == 25 and names.count("fedplvm-digit5-no_svhn_syn_mnistm-default-seed0") == 1
     v = summary(smoke, "fedplvm-digit5-no_svhn_syn_mnistm-default-seed0")["final"]["AVG"]
     for t in ("3", "4", "5"):
         df = pd.read_csv(smoke / f"tablefedplvm{t}.csv")
@@ -95,7 +95,68 @@ def test_ablation_tables_and_the_shared_run(smoke, data_root):
                                                               for m in ("fedplvm", "fedplvm_no_global_clustering")}
     # resumable: a second sweep of the group runs nothing
     runs = {r.out: r for t in GROUPS["fedplvm"] for r in plan(t, "smoke", DOMAINS.split(","), smoke, str(data_root))}
-    assert len(runs) == 20 and execute(list(runs.values()), None) == []
+    assert len(runs) == 25 and execute(list(runs.values()), None) == []
+
+
+def test_tables_7_and_8_label_skew(smoke):
+    """FedPLVM's rows of Tables 7-8 at the smoke profile (the other methods run the same split code): Dirichlet
+    label skew, every image of the drawn counts, weights averaged by sample count; compared with the paper's."""
+    df = pd.read_csv(smoke / "tablefedplvm78.csv")
+    assert set(df.method) == {"fedplvm"} and set(df.dataset) == {"digit5", "office10"}
+    cell = lambda d, dom: df[(df.dataset == d) & (df.domain == dom)].iloc[0]  # noqa: E731
+    assert cell("digit5", "usps")["paper"] == 73.98 and cell("office10", "dslr")["paper"] == 59.79
+    assert cell("office10", "AVG of 2")["paper"] == pytest.approx((55.28 + 59.79) / 2)
+    for ds, name in (("digit5", "fedplvm-digit5-no_svhn_syn_mnistm-default-dirichlet0.5-seed0"),
+                     ("office10", "fedplvm-office10-no_caltech_webcam-default-dirichlet0.5-seed0")):
+        cfg = json.loads((smoke / "runs" / name / "config.json").read_text())
+        assert cfg["dirichlet_alpha"] == 0.5 and cfg["aggregation"] == "samples" and cfg["client_fraction"] == 1.0
+        assert all(sum(c["class_counts"]) == c["num_samples"] for c in cfg["clients"])
+        assert summary(smoke, name)["final"]["AVG"] == pytest.approx(cell(ds, "AVG of 2")["ours_mean"], abs=1e-4)
+    usps = next(c for c in json.loads((smoke / "runs" / "fedplvm-digit5-no_svhn_syn_mnistm-default-dirichlet0.5-seed0"
+                                       / "config.json").read_text())["clients"] if c["domain"] == "usps")
+    assert usps["class_counts"] == [5, 1, 2, 7, 2, 9, 20, 1, 3, 14]  # seed 0's draw (tests/test_label_skew.py)
+    assert "Dirichlet label skew alpha 0.5" in (smoke / "tablefedplvm78.md").read_text()
+
+
+def test_table9_kmeans(smoke):
+    """Table 9 at the smoke profile: K-Means with FINCH's K (the K = 2 and 5 rows the same code, full profile only)."""
+    df = pd.read_csv(smoke / "tablefedplvm9.csv")
+    assert list(dict.fromkeys(df.method)) == ["fedplvm_kmeans_adaptive"]
+    row = df[df.domain == "usps"].iloc[0]
+    assert row["paper"] == 85.83
+    s = summary(smoke, "fedplvm_kmeans_adaptive-digit5-no_svhn_syn_mnistm-default-seed0")
+    assert s["hparams"]["clustering"] == "kmeans" and s["hparams"]["kmeans_k"] == "adaptive"
+    assert row["ours_mean"] == pytest.approx(s["final"]["usps"], abs=1e-4)
+
+
+def test_table12_local_clustering_global_average(smoke):
+    df = pd.read_csv(smoke / "tablefedplvm_t12.csv")
+    assert list(dict.fromkeys(df.method)) == ["fedplvm_cluster_avg"]
+    assert df[df.domain == "mnist"].iloc[0]["paper"] == 89.43
+    rounds = read_jsonl(smoke / "runs" / "fedplvm_cluster_avg-digit5-no_svhn_syn_mnistm-default-seed0" / "metrics.jsonl")
+    assert [r["prototypes_received"] for r in rounds[1:]] == [10]  # one global prototype per class
+
+
+def test_table10_paper_avg_is_over_clients():
+    """The paper's Table 10 Avg is its domains' values weighted by their clients (10), not FPL's mean over domains."""
+    for m, by_domain in paper.FEDPLVM_TABLE10.items():
+        v = by_domain["digit5"]
+        over_clients = (v["mnist"] + 4 * v["svhn"] + 2 * v["usps"] + 2 * v["syn"] + v["mnistm"]) / 10
+        assert over_clients == pytest.approx(paper.FEDPLVM_TABLE10_CLIENT_AVG[m], abs=0.005)
+        assert v["AVG"] == pytest.approx(np.mean([v[d] for d in paper.FEDPLVM_DOMAINS["digit5"]]))
+        assert abs(v["AVG"] - over_clients) > 3
+
+
+def test_table10_unbalanced_clients(smoke):
+    name = "fedplvm-digit5-no_svhn_syn_mnistm-unbalanced-seed0"
+    cfg = json.loads((smoke / "runs" / name / "config.json").read_text())
+    assert [c["domain"] for c in cfg["clients"]] == ["mnist", "usps", "usps"]  # SVHN's 4 clients dropped with it
+    assert [c["num_samples"] for c in cfg["clients"]] == [40, 40, 40]  # 4 of each class each (smoke: 40%)
+    final = summary(smoke, name)["final"]
+    md = (smoke / "tablefedplvm10.md").read_text()
+    ours = (final["mnist"] + 2 * final["usps"]) / 3
+    assert f"| fedplvm | 3 | {ours:.2f} | {(90.90 + 2 * 85.92) / 3:.2f} | {final['AVG']:.2f} | {(90.90 + 85.92) / 2:.2f} |" in md
+    assert "the paper's Avg in this table" in md and "svhn's 4 clients" in md and "no test set are available offline" in md
 
 
 def test_table4_prototypes_received_per_round(smoke):

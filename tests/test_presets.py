@@ -77,8 +77,12 @@ def test_client_fraction_scales_the_per_class_count(data_root):
     spec = DATASET_SPECS["digit5"]
     (c,) = plan_clients(data_root, "digit5", {"usps": 1}, None, seed=0, fraction=0.35, per_class=spec.per_class)
     assert c["num_samples"] == 30  # int(0.35 * 10) = 3 per class
-    with pytest.raises(Exception, match="one client per domain"):
-        plan_clients(data_root, "digit5", {"usps": 2}, None, seed=0, per_class=spec.per_class)
+    # several clients of a domain (FedPLVM's Table 10): the first 10 of each class, then the next 10
+    two = plan_clients(data_root, "digit5", {"usps": 2}, None, seed=0, per_class=spec.per_class)
+    y = load_domain(data_root, "digit5", "usps", need_test=False, per_class=((20,) * 10, 0)).train_y
+    assert [c["num_samples"] for c in two] == [100, 100] and not set(two[0]["indices"]) & set(two[1]["indices"])
+    for i, c in enumerate(two):
+        assert c["indices"] == sorted(j for k in range(10) for j in np.flatnonzero(y == k)[10 * i:10 * i + 10].tolist())
 
 
 def test_images_resized_to_the_protocol_size(data_root):
