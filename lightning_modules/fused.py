@@ -24,7 +24,7 @@ import torch
 from torch import nn
 from torch.func import functional_call, vmap
 
-from lightning_modules.base import ClientModule, NonFiniteLoss, batches, precision_context
+from lightning_modules.base import ClientModule, NonFiniteLoss, batches, precision_context, steps_per_epoch
 
 
 class _Hooks(nn.Module):
@@ -104,12 +104,15 @@ def fit_fused(
     device = x_all.device
     total = torch.zeros(k, dtype=dtype, device=device)
     finite = torch.ones(k, dtype=torch.bool, device=device)
-    steps = 0
+    steps, epoch_steps = 0, steps_per_epoch(n, batch_size, drop_last)
     for epoch in range(epochs):
         module.gather_prototypes = epoch == epochs - 1
         vmap(call("on_train_epoch_start"))(batched)
         orders = [batches(n, batch_size, g, drop_last, device) for g in generators]
         for i, idx in enumerate(zip(*orders)):
+            module.on_local_step(steps, epoch_steps, epochs)
+            for name in trainable:  # a part the method froze for this step (FedRep's phases) is frozen in the stack
+                stacked[name].requires_grad_(template[name].requires_grad)
             idx = torch.stack(idx)  # k x B
             xb = module.transform.train_stacked(x_all, idx, generators).to(dtype)
             yb = y_all.gather(1, idx)

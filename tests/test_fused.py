@@ -64,9 +64,13 @@ def run_rounds(method, engine, shards, dtype, rounds=2, precision="32-true", **p
     keys = [k for k, _ in TinyNet(10).named_parameters()]
     rule = spec.server(spec.defaults, 10, TinyNet.feature_dim, 10, keys)  # of 10 rounds: FedProc's weight a > 0
     group, payload, results = make_group(method, engine, shards, dtype, precision, **protocol), None, []
+    if rule.per_client:  # FeSEM: every client's own entry
+        state = {c: state for c in SIZES}
     for r in range(rounds):
         res = group.train(state, payload, r)
-        if rule.averages_weights:
+        if rule.per_client:
+            state = rule.aggregate_clients(res["uploads"], res["client_weights"], r)
+        elif rule.averages_weights:
             state = rule.aggregate(state, weighted_mean([res["sum"]], [res["weight"]]), r)
         else:  # no sum: compare every client's own model instead
             res["sum"] = {f"{c}.{k}": v.clone() for c, own in group.own_models.items() for k, v in own.items()}
