@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 
 from benchmark.data import DATASETS, DataError, archive_files, first_per_class, load_domain, office_split
-from benchmark.fewshot import nway_kshot_split
+from benchmark.fewshot import STDEV, nway_kshot_split
 
 
 def partition_domain(
@@ -71,7 +71,8 @@ def fill_by_swap(shard: np.ndarray, labels: np.ndarray, rng: np.random.Generator
 
 
 def plan_clients(root: Path, dataset: str, clients_per_domain: dict[str, int], pct: float | None, seed: int,
-                 fraction: float = 1.0, per_class: tuple[int, int] | None = None, ways: int | None = None) -> list[dict]:
+                 fraction: float = 1.0, per_class: tuple[int, int] | None = None, ways: int | None = None,
+                 stdev: int = STDEV) -> list[dict]:
     """Every client's id, domain and training indices, domains and clients in order.
 
     Each domain's pool is partitioned with its own seeded stream (seed, domain
@@ -80,8 +81,8 @@ def plan_clients(root: Path, dataset: str, clients_per_domain: dict[str, int], p
     (FedPLVM) a domain has one client, which takes the first k_train of each class
     (k_train scaled by `fraction`, at least 1); its indices are into
     `load_domain(..., per_class=per_class)`'s training set. With `ways` (FedProto) the
-    domain's clients get FedProto's n-way k-shot split (`benchmark.fewshot`): each also
-    its `classes` and `test_indices` into the domain's test set.
+    domain's clients get FedProto's n-way k-shot split (`benchmark.fewshot`, its n and k drawn with `stdev`):
+    each also its `classes` and `test_indices` into the domain's test set.
     """
     order = list(DATASETS[dataset])
     clients = []
@@ -89,7 +90,8 @@ def plan_clients(root: Path, dataset: str, clients_per_domain: dict[str, int], p
         if ways is not None:
             dom = load_domain(root, dataset, d)
             try:
-                split = nway_kshot_split(dom.train_y, dom.test_y, n_clients, ways, [seed, order.index(d)], fraction=fraction)
+                split = nway_kshot_split(dom.train_y, dom.test_y, n_clients, ways, [seed, order.index(d)],
+                                         stdev=stdev, fraction=fraction)
             except ValueError as e:
                 raise DataError(f"{dataset}/{d}: {e}") from None
             clients += [{"id": len(clients) + i, "domain": d, **c, "num_samples": len(c["indices"])} for i, c in enumerate(split)]
