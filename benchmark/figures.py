@@ -265,9 +265,9 @@ def plot_tsne(run_dirs, stem: Path, per_domain: int = 300, data_root: str | None
 # --------------------------------------------------------------------------- a table's and the demo's figures
 
 def fedproto_figures(run_dirs, out_dir: Path, title: str = "") -> dict:
-    """FedProto Table 1's figures in out_dir: the mean client accuracy over rounds (AVG, classifier, prototype
-    panels), one figure per split (n), curves_<split>.{png,svg}. Returns {"curves": the curve data of every
-    split, its split in the `dataset` column, "files": [paths]}."""
+    """FedProto Tables 1 and 2's figures in out_dir: the mean client accuracy over rounds (AVG, classifier,
+    prototype panels), one figure per split (n and its stdev), curves_<split>.{png,svg}. Returns {"curves": the
+    curve data of every split, its split in the `dataset` column, "files": [paths]}."""
     splits = {Path(d): _config(d)["split"] for d in run_dirs}
     curves, files = [], []
     for split in sorted(set(splits.values())):

@@ -36,8 +36,9 @@ SPLITS: dict[str, dict[str, dict[str, int]]] = {
     # FedPLVM: one client per domain; its Table 10: 10 clients, unbalanced (each the next 10 images of each class)
     "digit5": {"default": {d: 1 for d in DATASETS["digit5"]},
                "unbalanced": {"mnist": 1, "svhn": 4, "usps": 2, "syn": 2, "mnistm": 1}},
-    # FedProto: 20 MNIST clients, n-way k-shot with mean n = 3, 4 or 5 (DatasetSpec.ways)
-    "mnist": {f"{n}way": {"mnist": 20} for n in (3, 4, 5)},
+    # FedProto: 20 MNIST clients, n-way k-shot with mean n = 3, 4 or 5 and stdev 2 (Table 1) or 3 (Table 2's
+    # second rows: split <n>way-s3) (DatasetSpec.ways)
+    "mnist": {f"{n}way{s}": {"mnist": 20} for n in (3, 4, 5) for s in ("", "-s3")},
     "office10": {"default": {d: 1 for d in DATASETS["office10"]}},
 }
 DEFAULT_SPLIT = {"digits": "code", "office_caltech": "default", "digit5": "default", "office10": "default", "mnist": "3way"}
@@ -58,9 +59,9 @@ class DatasetSpec:
     client_pct: float | None = None
     per_class: tuple[int, int] | None = None
     channels: int = 3  # image channels the model takes: grey images are repeated to 3, or kept as 1
-    # FedProto's n-way k-shot split (benchmark.fewshot): split name -> mean n; each client gets its own
-    # test samples (40 of each of its classes) and is evaluated on them in its client group
-    ways: dict[str, int] | None = None
+    # FedProto's n-way k-shot split (benchmark.fewshot): split name -> (mean n, stdev of n); each client gets its
+    # own test samples (40 of each of its classes) and is evaluated on them in its client group
+    ways: dict[str, tuple[int, int]] | None = None
     # FedPLVM's Dirichlet label skew (`RunConfig.dirichlet_alpha`, `benchmark.partition.LabelSkew`): how a drawn
     # share becomes a count: its code rounds Digit-5's up (np.ceil) and truncates Office-10's (astype(int))
     skew_rounding: str = "ceil"
@@ -76,7 +77,7 @@ DATASET_SPECS: dict[str, DatasetSpec] = {
     "office10": DatasetSpec(num_classes=10, model="resnet10_plvm", image_size=64, per_class=(10, 100),
                             transform=Transform(mean=(0.0,) * 3, std=(1.0,) * 3, augment=False), skew_rounding="floor"),
     # FedProto (its lib/utils.py): MNIST 1 x 28 x 28, ToTensor + Normalize((0.1307,), (0.3081,)), no augmentation
-    "mnist": DatasetSpec(num_classes=10, model="cnn_mnist", image_size=28, channels=1, ways={"3way": 3, "4way": 4, "5way": 5},
+    "mnist": DatasetSpec(num_classes=10, model="cnn_mnist", image_size=28, channels=1, ways={f"{n}way{s}": (n, sd) for n in (3, 4, 5) for s, sd in (("", 2), ("-s3", 3))},
                          transform=Transform(mean=(0.1307,), std=(0.3081,), augment=False)),
 }
 
@@ -93,9 +94,10 @@ PRESETS: dict[str, dict] = {
     "fedplvm-digit5": dict(dataset="digit5", rounds=50, **_FEDPLVM),  # FedPLVM (NeurIPS 2024), section 2
     "fedplvm-office10": dict(dataset="office10", rounds=80, **_FEDPLVM),
     # FedProto (AAAI 2022), section 4: SGD lr 0.01 momentum 0.5 (no weight decay), batch 4 with the
-    # DataLoader's drop_last, 1 local epoch, 100 rounds; n = 3, 4, 5
-    **{f"fedproto-mnist-n{n}": dict(dataset="mnist", split=f"{n}way", rounds=100, local_epochs=1, batch_size=4,
-                                    lr=0.01, momentum=0.5, weight_decay=0.0, drop_last=True) for n in (3, 4, 5)},
+    # DataLoader's drop_last, 1 local epoch, 100 rounds; n = 3, 4, 5, stdev of n 2 (Table 1) or 3 (-s3, Table 2)
+    **{f"fedproto-mnist-n{n}{s}": dict(dataset="mnist", split=f"{n}way{s}", rounds=100, local_epochs=1, batch_size=4,
+                                       lr=0.01, momentum=0.5, weight_decay=0.0, drop_last=True)
+       for n in (3, 4, 5) for s in ("", "-s3")},
     "fedapc-digits": dict(dataset="digits", **_FEDAPC),  # FedAPC (2025), section 3
     "fedapc-office": dict(dataset="office_caltech", **_FEDAPC),
 }

@@ -139,6 +139,11 @@ class ClientModule(L.LightningModule):
         """State of this client that must survive to its next round (None: stateless)."""
         return None
 
+    def personalise(self, state: dict, client_state) -> dict:
+        """The weights this client trains and is tested with, from the weights the server gives it and its client
+        state: those weights, unless the method keeps a part of the model on the client (FedPer's head)."""
+        return state
+
     def initial_client_state(self, seed: int, client: dict):
         """The state of a client before its first round (`client`: id, domain, num_samples, data_share)."""
         return None
@@ -183,6 +188,13 @@ class ClientModule(L.LightningModule):
             self._proto_count = torch.zeros(self.num_classes, dtype=torch.long, device=self.device)
         self._proto_sum.zero_()
         self._proto_count.zero_()
+
+    def on_local_step(self, step: int, epoch_steps: int, epochs: int) -> None:
+        """Before local step `step` (0-based, counted over the fit's `epochs` epochs of `epoch_steps` steps; both
+        engines call it outside the batched computation): nothing, unless the method trains parts of the model in
+        turn (FedRep freezes the body, then the head, through `requires_grad`). What it leaves trainable must
+        depend only on its arguments and the hyperparameters: the fused engine calls it once per distinct (step,
+        epoch_steps) of its clients, each at its own step, and reads `requires_grad` per client."""
 
     def configure_optimizers(self):
         return torch.optim.SGD(self.net.parameters(), lr=self.lr, momentum=self.momentum, weight_decay=self.weight_decay)
@@ -234,6 +246,11 @@ def bn_updates_per_step(net: nn.Module, updates: int, momentum: float = 0.1) -> 
             m.momentum = 1 - (1 - momentum) ** updates
 
 
+def steps_per_epoch(n: int, batch_size: int, drop_last: bool = False) -> int:
+    """The number of batches `batches` gives for n samples."""
+    return n // batch_size if drop_last else -(-n // batch_size)
+
+
 def batches(n: int, batch_size: int, generator: torch.Generator, drop_last: bool = False,
             device: torch.device | None = None):
     """Shuffled index batches (drawn from `generator`, moved to `device` once per epoch); the last one short,
@@ -264,11 +281,12 @@ def fit_local(module: ClientModule, x: torch.Tensor, y: torch.Tensor, epochs: in
     module.train()
     dtype = next(module.net.parameters()).dtype
     total = torch.zeros((), dtype=dtype, device=x.device)
-    steps = 0
+    steps, epoch_steps = 0, steps_per_epoch(len(y), batch_size, drop_last)
     for epoch in range(epochs):
         module.gather_prototypes = epoch == epochs - 1
         module.on_train_epoch_start()
         for i, idx in enumerate(batches(len(y), batch_size, generator, drop_last, x.device)):
+            module.on_local_step(steps, epoch_steps, epochs)
             with precision_context(module.precision_mode, x.device):
                 loss = module.training_step(augmented_batch(x, y, idx, generator, dtype, module.transform), i)
             optimizer.zero_grad(set_to_none=True)

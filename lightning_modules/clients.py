@@ -16,11 +16,15 @@ round, not once per client.
 
 Under a rule that averages no weights (`averages_weights` false: FedProto as published, Local)
 each client keeps its own model here from round to round, beside its client state, starting from
-its own seeded initialisation; the group then returns no weight sum. A method may give clients
-models of other architectures (`Method.client_model`, FedProto-mh): the group holds one module per
-architecture. Protocols with per-client test sets (clients with `test_indices`) are evaluated here
+its own seeded initialisation; the group then returns no weight sum. Under a rule that keeps a part of
+the model on the clients (FedPer, FedRep: `ServerRule.travelling`) only the rest is summed and counted;
+under a per-client rule (FeSEM: `ServerRule.per_client`) the group also returns each client's trained
+weights, and each client starts from its own entry of the global state (a dict client id -> state_dict).
+A method may give clients models of other architectures (`Method.client_model`, FedProto-mh): the group
+holds one module per architecture. Protocols with per-client test sets (clients with `test_indices`) are evaluated here
 (`evaluate`), each client on its own test samples with its own model (or the global one); so are
-clients without a global model on a protocol of domain test sets, each on its domain's.
+clients with a model of their own (`ServerRule.personal_models`) on a protocol of domain test sets, each on
+its domain's.
 
 Engines (`engine` in the config): `sequential` trains the clients one after
 another with `fit_local`; `fused` trains the group's clients of one architecture
@@ -108,10 +112,10 @@ class ClientGroup:
         self.clients = clients
         spec = cfg.dataset_spec
         domains = sorted({c["domain"] for c in clients})
-        # clients tested in the group: those with their own test samples, and under a rule that averages no
-        # weights (no global model) every client, on its domain's test set (as capped by eval_max)
-        own_weights = not METHODS[cfg.method].server.averages_weights
-        whole = {c["domain"] for c in clients if "test_indices" not in c and own_weights}
+        # clients tested in the group: those with their own test samples, and under a rule that gives each client a
+        # model of its own every client, on its domain's test set (as capped by eval_max)
+        personal = METHODS[cfg.method].server.personal_models
+        whole = {c["domain"] for c in clients if "test_indices" not in c and personal}
         tested = whole | {c["domain"] for c in clients if "test_indices" in c}
         raw = {d: load_domain(Path(data_root), cfg.dataset, d, need_test=d in tested, per_class=cfg.domain_per_class(d))
                for d in domains}
@@ -130,7 +134,7 @@ class ClientGroup:
                 tidx = np.asarray(c["test_indices"])
                 self.test_data[c["id"]] = (to_tensor_images(dom.test_x[tidx], spec.image_size, spec.channels).to(self.device),
                                            torch.from_numpy(dom.test_y[tidx]).to(self.device), c["classes"])
-            elif own_weights:
+            elif personal:
                 self.test_data[c["id"]] = domain_tests[c["domain"]]
         # one module per architecture (its weights are a client's starting state before each fit)
         self.module = self.make_module(self.model_kwargs(clients[0]))
@@ -194,14 +198,16 @@ class ClientGroup:
 
     def start_weights(self, c: dict, global_state: State | None, round_idx: int | None = None) -> State:
         """Client c's weights before its fit of round `round_idx` (None: at the round's end, to test it): the
-        global ones; its own under a rule that averages none; under the protocol's `client_init="own"` its own
-        initialisation in round 0 (seeded from (seed, client id), FedPLVM's one model per client)."""
-        if not METHODS[self.cfg.method].server.averages_weights:
+        global ones; its own under a rule that averages none; its own entry of the global state under a per-client
+        rule; under the protocol's `client_init="own"` its own initialisation in round 0 (seeded from (seed, client
+        id), FedPLVM's one model per client)."""
+        rule = METHODS[self.cfg.method].server
+        if not rule.averages_weights:
             return self.own_model(c)
         if round_idx is not None and self.cfg.starts_apart(round_idx):
             net = self.module_for(c).net
             return own_initialisation(type(net), net.num_classes, self.cfg.seed, c["id"], **self.model_kwargs(c))
-        return global_state
+        return global_state[c["id"]] if rule.per_client else global_state
 
     def start_client(self, c: dict, global_state: State | None, payload: RoundPayload | None, round_idx: int) -> None:
         """Client c's starting state in its module: its starting weights, its own state, the round's inputs."""
@@ -245,13 +251,15 @@ class ClientGroup:
         weights, so only methods with a state send one; the driver needs it every round to rebuild a restarted
         actor, otherwise it reads `persistent_states` only when it writes a checkpoint). Under a rule
         that averages no weights each client trains its own model and keeps it here; the sum is then None.
-        Also per client the (entries, bytes) of the weights it uploads (none under such a rule)."""
+        Also per client the (entries, bytes) of the weights it uploads (none under such a rule, the travelling part
+        under one that keeps a part on the clients), and under a per-client rule its uploaded weights (on the CPU)
+        and its weight in the rule's means (`uploads`, `client_weights`)."""
         if self.states_round != round_idx - 1:  # a restarted process: it must not train from initial states
             raise StaleClientStates(f"this client group holds client states after round {self.states_round}, "
                                     f"round {round_idx} needs those after round {round_idx - 1}")
         cfg = self.cfg
         rule = METHODS[cfg.method].server
-        weight_sum, total, protos, losses, states, sent = None, 0, {}, {}, {}, {}
+        weight_sum, total, protos, losses, states, sent, uploads, client_weights = None, 0, {}, {}, {}, {}, {}, {}
         start = time.perf_counter()
         for members in self.subgroups(round_idx):
             module = self.module_for(members[0])
@@ -281,20 +289,24 @@ class ClientGroup:
                     raise NonFiniteLoss(self.non_finite("weights", round_idx, c))
                 losses[cid] = member_losses[i]
                 self.client_states[cid] = module.client_state()
+                shared = rule.travelling(cfg.hparams, weights)  # what the client uploads
                 if rule.averages_weights:
                     w = aggregation_weight(cfg, rule, n)
-                    weight_sum = accumulate(weight_sum, weights, w)
+                    weight_sum = accumulate(weight_sum, shared, w)
                     total += w
+                    if rule.per_client:
+                        uploads[cid] = {k: v.detach().cpu().clone() for k, v in shared.items()}
+                        client_weights[cid] = w
                 else:
                     self.own_models[cid] = {k: v.detach().clone() for k, v in weights.items()}
                 if cfg.states_every_round:
                     states[cid] = self.persistent_state(cid)
-                sent[cid] = count(weights) if rule.averages_weights else (0, 0)  # (entries, bytes) uploaded
+                sent[cid] = count(shared) if rule.averages_weights else (0, 0)  # (entries, bytes) uploaded
                 protos[cid] = module.local_prototypes(*data[i], gens[i])
         self.states_round = round_idx
         return {"sum": None if weight_sum is None else {k: v.cpu() for k, v in weight_sum.items()}, "weight": total,
-                "protos": protos, "losses": losses, "states": states, "sent_weights": sent,
-                "train_s": time.perf_counter() - start}
+                "protos": protos, "losses": losses, "states": states, "sent_weights": sent, "uploads": uploads,
+                "client_weights": client_weights, "train_s": time.perf_counter() - start}
 
     def non_finite(self, what: str, round_idx: int, c: dict) -> str:
         return (f"non-finite {what} in round {round_idx}, client {c['id']} ({c['domain']}), method {self.cfg.method}; "
@@ -307,10 +319,11 @@ class ClientGroup:
 
     @torch.no_grad()
     def evaluate(self, global_state: State | None, payload: RoundPayload | None, batch_size: int = 1000) -> dict:
-        """Every client with its own test samples, tested with the model it ends the round with (its own, or the
-        global one), in eval mode: per client its number of test samples and of correct predictions by the
-        classifier's argmax, and, when the payload has prototypes to test with (`RoundPayload.test_prototypes`:
-        FedProto's global ones, FedPCL's client's own), by the nearest of them (L2) among the client's own classes."""
+        """Every client with its own test samples, tested with the model it ends the round with (its own, its entry
+        of a per-client global state, or the global one, with the part it keeps put back: `personalise`), in eval
+        mode: per client its number of test samples and of correct predictions by the classifier's argmax, and,
+        when the payload has prototypes to test with (`RoundPayload.test_prototypes`: FedProto's global ones,
+        FedPCL's client's own), by the nearest of them (L2) among the client's own classes."""
         by_prototype = payload is not None and payload.test_prototypes(self.clients[0]["id"]) is not None
         rules = ("classifier", "prototype") if by_prototype else ("classifier",)
         correct = {}  # per client its counts by rule, on the device: one host sync for every client
@@ -319,7 +332,8 @@ class ClientGroup:
                 continue
             x, y, classes = self.test_data[c["id"]]
             module = self.module_for(c)
-            module.net.load_state_dict(self.start_weights(c, global_state))
+            weights = self.start_weights(c, global_state)
+            module.net.load_state_dict(module.personalise(weights, self.client_states.get(c["id"])))
             module.eval()
             counts = torch.zeros(len(rules), dtype=torch.long, device=y.device)
             protos = payload.test_prototypes(c["id"]) if by_prototype else None

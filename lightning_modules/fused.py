@@ -19,6 +19,15 @@ is the sum of the clients' losses, so each slice gets its own client's gradient,
 `StackedSGD` applies each client's own SGD (its `configure_optimizers`) to the
 slices of the clients that trained: a client without a batch at a step is left
 exactly as it was (weights, momentum buffers, statistics, sums).
+
+A method that trains parts of the model in turn (FedRep: the head, then the body) says so in
+`on_local_step(step, epoch_steps, epochs)` through `requires_grad`, as for `fit_local`. Clients of
+different sizes are at different steps of their own epochs, so the engine asks it per client: it calls
+the hook with each client's own step count and steps per epoch (once per distinct pair, cached; the hook
+must depend on nothing else than its arguments and the hyperparameters) and reads which parameters it
+leaves trainable. A parameter's slice of a client that does not train it at this step is left as a
+client without a batch is (weights and momentum buffer, whatever its gradient), as `torch.optim.SGD`
+leaves a parameter without a gradient; a parameter no client trains at a step gets no gradient at all.
 """
 from __future__ import annotations
 
@@ -30,7 +39,8 @@ import torch
 from torch import nn
 from torch.func import functional_call, vmap
 
-from lightning_modules.base import ClientModule, NonFiniteLoss, batches, no_training_step, precision_context
+from lightning_modules.base import (ClientModule, NonFiniteLoss, batches, no_training_step, precision_context,
+                                    steps_per_epoch)
 
 
 class _Hooks(nn.Module):
@@ -79,11 +89,12 @@ class StackedSGD:
     """`torch.optim.SGD` (dampening 0, no Nesterov) on tensors stacked along a leading client dimension, each
     client with its own (lr, momentum, weight decay). `step(active)` updates the clients where the k-element
     bool tensor `active` is true (None: every client) and leaves the others' slices of the weights and
-    momentum buffers as they were, bit for bit (for finite values). A tensor without a gradient is left alone.
+    momentum buffers as they were, bit for bit, whatever their gradients. `active` may also be a list with one
+    such entry per parameter (the clients that train that parameter at this step: FedRep's phases). A
+    parameter without a gradient (None) is left alone, as torch's SGD leaves it.
 
     Per client, as torch's: d = grad + weight_decay * w; buf = momentum * buf + d (the first time: d);
-    w = w - lr * buf. The buffers start at zero, so that a client's first update makes its buffer d exactly;
-    an inactive client's step is buf * 1 + d * 0 and w - 0 * buf.
+    w = w - lr * buf. The buffers start at zero, so that a client's first update makes its buffer d exactly.
     """
 
     def __init__(self, params: list[torch.Tensor], hyperparameters: list[tuple[float, float, float]]):
@@ -98,22 +109,21 @@ class StackedSGD:
             p.grad = None
 
     @torch.no_grad()
-    def step(self, active: torch.Tensor | None = None) -> None:
-        if active is not None:
-            trained = active.to(self.lr.dtype)
-            momentum, lr = torch.where(active, self.momentum, 1.0), self.lr * trained
-        else:
-            momentum, lr = self.momentum, self.lr
-        for p, buf in zip(self.params, self.buffers):
-            if p.grad is None:  # no loss reached it (FedPCL's classifier): left alone, as torch's SGD does
+    def step(self, active: torch.Tensor | list[torch.Tensor | None] | None = None) -> None:
+        masks = active if isinstance(active, list) else [active] * len(self.params)
+        for p, buf, mask in zip(self.params, self.buffers, masks):
+            if p.grad is None:  # no client trains it at this step
                 continue
             shape = (-1,) + (1,) * (p.dim() - 1)  # a client's coefficient over its slice
+            momentum, lr = self.momentum.view(shape), self.lr.view(shape)
             d = torch.addcmul(p.grad, p, self.weight_decay.view(shape))
-            if active is None:
-                buf.mul_(momentum.view(shape)).add_(d)
-            else:
-                buf.mul_(momentum.view(shape)).addcmul_(d, trained.view(shape))
-            p.addcmul_(buf, lr.view(shape), value=-1)
+            if mask is None:
+                buf.mul_(momentum).add_(d)
+                p.addcmul_(buf, lr, value=-1)
+            else:  # the same arithmetic where the mask is true; elsewhere the old values, whatever d holds
+                trained = mask.view(shape)
+                buf.copy_(torch.where(trained, buf * momentum + d, buf))
+                p.copy_(torch.where(trained, torch.addcmul(p, buf, lr, value=-1), p))
 
 
 def training_losses(hooks: _Hooks, state: dict, shared: dict, xb: torch.Tensor, yb: torch.Tensor, step: int) -> torch.Tensor:
@@ -229,27 +239,68 @@ def fit_fused(
                     batched[name].index_copy_(0, index, state[name])
         return losses
 
+    phases: dict[tuple[int, int], frozenset[str]] = {}  # (a client's step, its steps per epoch) -> what it trains
+    masks: dict[tuple, tuple[list[torch.Tensor | None], frozenset[str]]] = {}
+    epoch_steps = [steps_per_epoch(n, batch_size, drop_last) for n in sizes]  # as fit_local counts them
+
+    def trains(step: int, steps_in_epoch: int) -> frozenset[str]:
+        """The trainable parameters a client trains at its local step `step` (the method's `on_local_step`)."""
+        if (step, steps_in_epoch) not in phases:
+            module.on_local_step(step, steps_in_epoch, epochs)
+            phases[step, steps_in_epoch] = frozenset(name for name in trainable if template[name].requires_grad)
+        return phases[step, steps_in_epoch]
+
+    def update_masks(by_client: tuple[frozenset[str] | None, ...]) -> tuple[list[torch.Tensor | None], frozenset[str]]:
+        """Per trainable parameter the k-element mask of the clients that train it (None: every client), and the
+        parameters some client trains, from what each client trains at this step (None: it has no batch)."""
+        if by_client not in masks:
+            per_parameter = []
+            for name in trainable:
+                clients = tuple(c for c, t in enumerate(by_client) if t is not None and name in t)
+                if len(clients) == k:
+                    per_parameter.append(None)
+                elif clients:
+                    per_parameter.append(rows(clients)[1])
+                else:  # it gets no gradient at this step, and StackedSGD leaves it
+                    per_parameter.append(torch.zeros(k, dtype=torch.bool, device=device))
+            masks[by_client] = per_parameter, frozenset().union(*(t for t in by_client if t is not None))
+        return masks[by_client]
+
     total = torch.zeros(k, dtype=dtype, device=device)  # each client's sum of losses
     steps = [0] * k
+    gradients = frozenset(trainable)  # the stacked parameters that require a gradient
     for epoch in range(epochs):
         module.gather_prototypes = epoch == epochs - 1
         vmap(lambda s: functional_call(hooks, (s, shared), ("on_train_epoch_start",)))(batched)
         orders = [[b + start for b in batches(n, batch_size, g, drop_last, device)]
                   for n, start, g in zip(sizes, starts, generators)]
+        trained: list[frozenset[str] | None] = [None] * k
         for step in range(max(len(o) for o in orders)):
             by_size: dict[int, list[int]] = {}  # the clients with a batch at this step, by its size
             for c, order in enumerate(orders):
                 if step < len(order):
                     by_size.setdefault(len(order[step]), []).append(c)
+                    trained[c] = trains(steps[c], epoch_steps[c])
                     steps[c] += 1
+                else:
+                    trained[c] = None
+            per_parameter, some = update_masks(tuple(trained))
+            if some != gradients:  # a parameter no client trains at this step gets no gradient
+                for name in trainable:
+                    stacked[name].requires_grad_(name in some)
+                gradients = some
             calls = [tuple(clients) for clients in by_size.values()]
             losses = [losses_of(clients, torch.stack([orders[c][step] for c in clients]), step) for clients in calls]
             optimizer.zero_grad()
-            sum(v.sum() for v in losses).backward()
-            active = tuple(sorted(chain(*calls)))
-            optimizer.step(None if len(active) == k else rows(active)[1])
+            loss = sum(v.sum() for v in losses)
+            if loss.requires_grad:
+                loss.backward()
+            optimizer.step(per_parameter)
             for clients, v in zip(calls, losses):
                 total.index_add_(0, rows(clients)[0], v.detach())
+    for name in trainable:  # the module as the stack started (the last call of on_local_step set the phases)
+        stacked[name].requires_grad_(True)
+        template[name].requires_grad_(True)
     bad = torch.nonzero(~torch.isfinite(total)).flatten().tolist()  # (a NaN or infinite loss makes its sum so)
     if bad:
         raise FusedNonFiniteLoss(bad[0])

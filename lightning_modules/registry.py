@@ -19,11 +19,14 @@ from lightning_modules.feddyn import FedDynClient, FedDynServer
 from lightning_modules.fedfa import FedFAClient, FedFAServer
 from lightning_modules.fedopt import FedOptServer
 from lightning_modules.fedpcl import FedPCLClient, FedPCLServer
+from lightning_modules.fedper import HEADS, FedPerClient, FedPerServer
 from lightning_modules.fedplvm import FedPLVMClient, FedPLVMServer
 from lightning_modules.fedproc import FedProcClient, FedProcServer
 from lightning_modules.fedproto import FedProtoClient, FedProtoServer
 from lightning_modules.fedproto_orig import FedProtoOrigServer, fedproto_mh_model
 from lightning_modules.fedprox import FedProxClient
+from lightning_modules.fedrep import FedRepClient
+from lightning_modules.fesem import FeSEMServer
 from lightning_modules.fpl import FPLClient, FPLServer
 from lightning_modules.local import LocalServer
 from lightning_modules.moon import MOONClient
@@ -192,6 +195,32 @@ register(Method(
 register(Method(
     name="local", client=FedAvgClient, server=LocalServer,
     description="Local: each client trains its own model alone, no communication",
+))
+# FedProto's Table 1 baselines that personalise: FedPer, FedRep (a head per client), FeSEM (a centre per cluster)
+register(Method(
+    name="fedper", client=FedPerClient, server=FedPerServer,
+    defaults=dict(
+        head="classifier",  # kept on each client: the classifier, or every fully connected layer "fc" (dev. 40)
+    ),
+    validate=_choices(head=tuple(HEADS)), description="FedPer: the body averaged, a head per client",
+))
+register(Method(
+    name="fedrep", client=FedRepClient, server=FedPerServer,
+    defaults=dict(
+        head="classifier",  # kept on each client, as FedPer's
+        rep_epochs=0.5,  # the body trains the last rep_epochs epochs of a round, the head before (dev. 41: not 1)
+    ),
+    validate=_all(_choices(head=tuple(HEADS)), _positive("rep_epochs")),
+    description="FedRep: the head trained first with the body frozen, then the body; the body averaged",
+))
+register(Method(
+    name="fesem", client=FedAvgClient, server=FeSEMServer,
+    defaults=dict(
+        clusters=4,  # K centre models (the reference's config; FedProto's paper states none)
+        distance="weights",  # L2 over every parameter (the paper), or the "classifier" weight only (the reference)
+    ),
+    validate=_all(_positive_int("clusters"), _choices(distance=("weights", "classifier"))),
+    description="FeSEM: K centres, clients assigned by the L2 distance of their weights",
 ))
 
 FPL_DEFAULTS = dict(

@@ -12,6 +12,12 @@ method under `lightning_modules/`.
 A rule with `averages_weights = False` (`LocalModelsRule`: FedProto as published, Local) averages no
 weights: no weights travel, the client groups send no sums, each client keeps its own model (which
 may differ in architecture from the others') and the driver holds no global model.
+
+Personalised rules (`personal_models`): each client ends a round with a model of its own, tested on
+its own test samples (or its domain's) in its client group. FedPer and FedRep keep a part of the model
+on the clients (`travelling`: only the rest is uploaded, averaged and sent back; the client module
+puts its kept part back, `ClientModule.personalise`); FeSEM's rule takes every client's weights apart
+(`per_client`: `aggregate_clients`) and gives each client a model of its own (its cluster's centre).
 """
 from __future__ import annotations
 
@@ -85,6 +91,13 @@ class ServerRule(ABC):
 
     state_attrs: tuple[str, ...] = ()  # attributes changed across rounds (tensors, dicts of tensors, numbers, None)
     averages_weights = True  # False: no weights travel, every client keeps its own model (`LocalModelsRule`; no weights counted)
+    # True: each client ends a round with a model of its own (its own, a head of its own, its cluster's centre): the
+    # client groups test each client with it, on its own test samples or its domain's; no global model is tested
+    personal_models = False
+    # True: the rule takes each client's trained weights apart (`aggregate_clients`, not `aggregate`) and gives
+    # each client its own model to start the next round from (FeSEM); the driver's global state is then a dict
+    # client id -> state_dict
+    per_client = False
 
     def __init__(self, hparams: dict, num_classes: int, feature_dim: int, rounds: int, param_keys: list[str]):
         self.hparams = hparams  # the method's hyperparameters (RunConfig.hparams)
@@ -107,6 +120,17 @@ class ServerRule(ABC):
         """A client's weight in the mean the rule aggregates from (the client groups accumulate with it):
         its sample count unless the rule overrides it."""
         return float(num_samples)
+
+    @staticmethod
+    def travelling(hparams: dict, state: State) -> State:
+        """The part of a model's state_dict that travels between a client and the server (uploaded, averaged, sent
+        back): all of it, unless the rule keeps a part on the clients (FedPer's and FedRep's head)."""
+        return state
+
+    def aggregate_clients(self, states: dict[int, State], weights: dict[int, float], round_idx: int) -> dict[int, State]:
+        """A `per_client` rule's aggregation: the state_dict each client starts its next round from, from the
+        clients' trained state_dicts of round `round_idx` (client id -> state) and their weights (`client_weight`)."""
+        raise NotImplementedError(f"{type(self).__name__} is not a per-client rule (per_client is False).")
 
     def evaluated_state(self, global_state: State) -> State:
         """The model the driver tests after the round: the global state the clients get next."""
@@ -134,6 +158,7 @@ class LocalModelsRule(ServerRule):
     initialisation in round 0) and only the payload (prototypes, or nothing) travels."""
 
     averages_weights = False
+    personal_models = True
 
     def aggregate(self, global_state, mean64, round_idx):
         raise TypeError(f"{type(self).__name__} averages no weights; the driver must not call aggregate.")

@@ -206,7 +206,12 @@ class RunConfig:
     @property
     def ways(self) -> int | None:
         """The mean n of an n-way k-shot split (FedProto's protocol); None for the other protocols."""
-        return self.dataset_spec.ways[self.split] if self.dataset_spec.ways else None
+        return self.dataset_spec.ways[self.split][0] if self.dataset_spec.ways else None
+
+    @property
+    def ways_stdev(self) -> int | None:
+        """The stdev of n of an n-way k-shot split (2 in FedProto's Table 1, 3 in Table 2's second rows)."""
+        return self.dataset_spec.ways[self.split][1] if self.dataset_spec.ways else None
 
     @property
     def dropped_domains(self) -> list[str]:

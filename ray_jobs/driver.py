@@ -2,7 +2,8 @@
 aggregation, prototype clustering, evaluation of the global model on every domain.
 
 Under a rule that averages no weights (FedProto as published, Local) the driver holds no
-global model: only the payload travels. Protocols with per-client test sets (FedProto's
+global model: only the payload travels. Under a per-client rule (FeSEM) the global state is a dict client id ->
+the state_dict that client starts its next round from (its cluster's centre). Protocols with per-client test sets (FedProto's
 n-way k-shot split) are evaluated in the client groups, each client with the model it ends
 the round with; the accuracy is the mean over clients of their accuracies. Without a global
 model on a protocol of domain test sets (FedProto as published in `make table-all`) each client
@@ -70,13 +71,15 @@ class Driver:
             cfg.hparams, num_classes=spec.num_classes, feature_dim=model.feature_dim, rounds=cfg.rounds,
             param_keys=[k for k, _ in model.named_parameters()],
         )
-        # None: no global model (a rule that averages no weights; each client keeps its own in its group)
-        self.global_state = {k: v.clone() for k, v in model.state_dict().items()} if self.rule.averages_weights else None
+        # None: no global model (a rule that averages no weights; each client keeps its own in its group); under a
+        # per-client rule every client's entry, at first the one initialisation
+        init = {k: v.clone() for k, v in model.state_dict().items()}
+        self.global_state = None if not self.rule.averages_weights else {c["id"]: init for c in clients} if self.rule.per_client else init
         self.model = model.to(self.device)
         self.payload = None  # round 0: no prototypes yet
         self.client_test_sizes = {c["id"]: len(c["test_indices"]) for c in clients if "test_indices" in c}
-        # no global model on a protocol of domain test sets: each client's own model on its domain's (in its group)
-        self.domain_of = {} if self.rule.averages_weights or self.client_test_sizes else {c["id"]: c["domain"] for c in clients}
+        # clients with models of their own on a protocol of domain test sets: each on its domain's (in its group)
+        self.domain_of = {} if not self.rule.personal_models or self.client_test_sizes else {c["id"]: c["domain"] for c in clients}
         self.test_sets, self.domain_test_sizes = {}, {}  # the global model's test sets; their sizes
         for d in ([] if self.client_test_sizes else cfg.domains):
             x, y = domain_test_set(load_domain(Path(data_root), cfg.dataset, d, need_train=False,
@@ -121,8 +124,8 @@ class Driver:
 
     def final_state(self) -> dict[str, torch.Tensor] | None:
         """The model to keep in the run folder, the one evaluated (`evaluated_state`): floating tensors in
-        float16 (half the size), on the CPU. None when there is no global model."""
-        if self.global_state is None:
+        float16 (half the size), on the CPU. None when there is no global model (none, or one per client)."""
+        if self.global_state is None or self.rule.per_client:
             return None
         state = self.rule.evaluated_state(self.global_state)
         return {k: (v.half() if v.is_floating_point() else v).cpu() for k, v in state.items()}
@@ -146,7 +149,10 @@ class Driver:
         results = self.executor.map("train", state_ref, payload_ref, r)
         t1 = time.perf_counter()
 
-        if self.rule.averages_weights:
+        if self.rule.per_client:
+            self.global_state = self.rule.aggregate_clients({cid: u for res in results for cid, u in res["uploads"].items()},
+                                                            {cid: w for res in results for cid, w in res["client_weights"].items()}, r)
+        elif self.rule.averages_weights:
             mean64 = weighted_mean([res["sum"] for res in results], [res["weight"] for res in results])
             self.global_state = self.rule.aggregate(self.start_state(r), mean64, r)
         t2 = time.perf_counter()
@@ -173,11 +179,9 @@ class Driver:
         train_s = (max if self.executor.parallel else sum)(res["train_s"] for res in results)
         notes, self.executor.notes[:] = list(self.executor.notes), []
         sent_weights = {cid: n for res in results for cid, n in res["sent_weights"].items()}
-        # the global weights travel to the clients but in round 0 under client_init="own" (each starts from its own)
-        shares = self.rule.averages_weights and not self.cfg.starts_apart(r)
         comm = {str(c): communication.client_round(
             sent_weights[c], protos[c] if self.payload is not None else None,  # prototypes travel when the rule uses them
-            sent_state if shares else None, sent_payload) for c in sorted(sent_weights)}
+            self.received_weights(sent_state, c, r), sent_payload) for c in sorted(sent_weights)}
         return {
             "notes": notes,  # printed by the entry point, not recorded in metrics.jsonl
             "round": r,
@@ -197,6 +201,14 @@ class Driver:
                 "round": t4 - t0,
             },
         }
+
+    def received_weights(self, sent_state, client_id: int, r: int) -> State | None:
+        """What client `client_id` received of the global state in round r: the part that travels (all of it, or
+        FedPer's and FedRep's body), its own entry under a per-client rule (FeSEM's centre); nothing without a
+        global model, nor in round 0 under client_init="own" (each starts from its own initialisation)."""
+        if not self.rule.averages_weights or self.cfg.starts_apart(r):
+            return None
+        return self.rule.travelling(self.cfg.hparams, sent_state[client_id] if self.rule.per_client else sent_state)
 
     def evaluate_clients(self) -> dict[int, dict]:
         """Each client on its own test samples, in its group (`ClientGroup.evaluate`), with the model it ends

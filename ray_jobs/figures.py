@@ -24,7 +24,7 @@ def table_figures(table: str, run_dirs, out_dir: Path, title: str = "") -> dict:
     """A table report's figures in out_dir: curves.{png,svg} and bars.{png,svg} beside the paper's table.
     Returns {"curves": curve data, "bars": bar data, "files": [paths]}."""
     out_dir = Path(out_dir)
-    if table == "fedproto":  # FedProto's Table 1: no domains, one split per n
+    if table == "fedproto":  # FedProto's Tables 1 and 2: no domains, one split per n and stdev
         return fedproto_figures(run_dirs, out_dir, title)
     spec = TABLES[table]
     curves = plot_curves(run_dirs, out_dir / "curves", f"{title}: accuracy over rounds (mean over seeds, band: ± std)")

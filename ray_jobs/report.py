@@ -2,7 +2,7 @@
 
 Per method and domain our mean ± std over seeds of the table's metric, the paper's value and the difference, the AVG,
 the change against FedAvg beside the paper's, the rank order, rows not run, and for each cell more than 2 points from
-the paper what we know of why (`gap_note`). FedProto's Table 1 has its own report (`ray_jobs.report_fedproto`).
+the paper what we know of why (`gap_note`). FedProto's Tables 1 and 2 have their own report (`ray_jobs.report_fedproto`).
 """
 from __future__ import annotations
 

@@ -131,24 +131,26 @@ def fedproto_table(runs_planned) -> list[str]:
     if not runs:
         return [f"### {spec.title}", "", "Not run yet: `make table-fedproto`.", ""]
     df = report_fedproto.collect(runs)
+    ways = report_fedproto.WAYS
     out = [f"### {spec.title}", "", "Final-round accuracy, mean over clients (paper, ± over clients); ours over clients "
            "in brackets after ±. " + provenance_line(runs, "fedproto", None), "",
-           "| method | " + " | ".join(f"n = {w}" for w in report_fedproto.WAYS) + " |", "|---|" + "---|" * len(report_fedproto.WAYS)]
+           "| method | stdev | " + " | ".join(f"n = {w}" for w in ways) + " |", "|---|---|" + "---|" * len(ways)]
     ours_mean, paper_mean = {}, {}
-    for m in dict.fromkeys(c.method for c in runs_planned):
-        rule = "prototype" if m in report_fedproto.FEDPROTO_METHODS else "classifier"
-        cells = []
-        for w in report_fedproto.WAYS:
-            row = df[(df.method == m) & (df.rule == rule) & (df.ways == w)]
-            pv, ps = paper.FEDPROTO_TABLE1[m][w]
-            cells.append("not run (paper {:.2f} ± {:.2f})".format(pv, ps) if row.empty else
-                         f"{row.acc.mean():.2f} ± {row.client_std.mean():.2f} ({pv:.2f} ± {ps:.2f})")
-        got = df[(df.method == m) & (df.rule == rule)]
-        if got.ways.nunique() == len(report_fedproto.WAYS):
-            ours_mean[m] = float(got.acc.mean())
-            paper_mean[m] = float(np.mean([paper.FEDPROTO_TABLE1[m][w][0] for w in report_fedproto.WAYS]))
-        out.append(f"| {m} | " + " | ".join(cells) + " |")
-    return out + ["", tau(ours_mean, paper_mean).replace("AVG", "mean over n") + ".", ""]
+    for sd in report_fedproto.STDEVS:
+        for m in dict.fromkeys(c.method for c in runs_planned if c.ways_stdev == sd):
+            rule = "prototype" if m in report_fedproto.FEDPROTO_METHODS else "classifier"
+            got = df[(df.method == m) & (df.rule == rule) & (df.stdev == sd)]
+            cells = []
+            for w in ways:
+                row = got[got.ways == w]
+                pv, ps = paper.FEDPROTO_TABLE[sd][m][w]
+                cells.append("not run (paper {:.2f} ± {:.2f})".format(pv, ps) if row.empty else
+                             f"{row.acc.mean():.2f} ± {row.client_std.mean():.2f} ({pv:.2f} ± {ps:.2f})")
+            if got.ways.nunique() == len(ways):
+                ours_mean[(m, sd)] = float(got.acc.mean())
+                paper_mean[(m, sd)] = float(np.mean([paper.FEDPROTO_TABLE[sd][m][w][0] for w in ways]))
+            out.append(f"| {m} | {sd} | " + " | ".join(cells) + " |")
+    return out + ["", tau(ours_mean, paper_mean).replace("AVG", "mean over n").replace("methods", "rows") + ".", ""]
 
 
 def section(results_dir: Path = Path("results"), data_root: str | None = None) -> str:

@@ -126,14 +126,15 @@ DIRICHLET, DIRICHLET_ALPHA = "dirichlet", 0.5  # --split dirichlet: FedPLVM's la
 
 def config_from_args(args) -> RunConfig:
     """The preset's protocol (FPL's defaults without one), with every flag given on the command line over it."""
-    given = {k: v for k, v in dict(dataset=args.dataset, rounds=args.rounds, local_epochs=args.local_epochs,
+    split = None if args.split == DIRICHLET else args.split  # --split dirichlet: the preset's clients, skewed
+    given = {k: v for k, v in dict(dataset=args.dataset, split=split, rounds=args.rounds, local_epochs=args.local_epochs,
                                    batch_size=args.batch_size, lr=args.lr, momentum=args.momentum,
                                    aggregation=args.aggregation, client_init=args.client_init).items() if v is not None}
     if args.split == DIRICHLET or args.dirichlet_alpha is not None:
         given["dirichlet_alpha"] = DIRICHLET_ALPHA if args.dirichlet_alpha is None else args.dirichlet_alpha
     make = (lambda **kw: RunConfig.from_preset(args.preset, **kw)) if args.preset else RunConfig
     return make(
-        **given, method=args.method, split=None if args.split == DIRICHLET else args.split,
+        **given, method=args.method,
         domains=args.domains.split(",") if args.domains else None,
         seed=args.seed, hparams=parse_hp(args.hp),
         client_fraction=args.client_fraction, eval_max=args.eval_max, eval_every=args.eval_every, executor=args.executor,
@@ -253,7 +254,7 @@ def plan_run_clients(cfg: RunConfig, root: Path | None = None) -> list[dict]:
     its classes and test indices), as the dataset's protocol partitions it."""
     spec = cfg.dataset_spec
     return plan_clients(root or resolve_data_root(cfg.data_root), cfg.dataset, cfg.clients_per_domain, spec.client_pct,
-                        cfg.seed, cfg.client_fraction, spec.per_class, cfg.ways, cfg.label_skew)
+                        cfg.seed, cfg.client_fraction, spec.per_class, cfg.ways, cfg.label_skew, cfg.ways_stdev)
 
 
 def run(cfg: RunConfig, quiet: bool = False, resume: bool = False,

@@ -2,7 +2,7 @@
 beside the paper.
 
     python -m ray_jobs.sweep --table 2 [--profile full|smoke] [--domains mnist,usps,syn]
-    python -m ray_jobs.sweep --table fedproto [--profile full|smoke]   # FedProto's Table 1, its own report
+    python -m ray_jobs.sweep --table fedproto [--profile full|smoke]   # FedProto's Tables 1 and 2, its own report
     python -m ray_jobs.sweep --table fedapc    # FedAPC's Tables I and II under its 8-client protocol
     python -m ray_jobs.sweep --table all       # every registered method (not the ablation variants), FPL's protocol
     python -m ray_jobs.sweep --table 2 --methods fedavg,fpl --seeds 0 --datasets digits   # part of a table
@@ -284,7 +284,7 @@ def main(argv: list[str] | None = None) -> int:
             execute(list({c.out: c for t in tables for c in chosen[t]}.values()), args.parallel)  # a shared run once
         dfs = {}
         for t in tables:
-            if t == "fedproto":  # per n and inference rule, beside the paper's Table 1 (ray_jobs.report_fedproto)
+            if t == "fedproto":  # per stdev, n and inference rule, beside the paper's Tables 1 and 2 (ray_jobs.report_fedproto)
                 dfs[t], figs = report_fedproto.report(args.profile, runs[t], results_dir)
                 log_wandb(t, args.profile, dfs[t], figs)
             else:

@@ -75,11 +75,13 @@ TABLES: dict[str, Table] = {
     "3": Table("FPL Table 3 (consistency target G vs U) and Fig. 5 (CPCL cluster vs global prototypes)",
                _fpl_rows(paper.TABLE3) + [("fpl_cpcl_only", "fpl-office"), ("fpl_cpcl_global", "fpl-office")],
                paper.TABLE3),
-    # FedProto (AAAI 2022) Table 1, MNIST n-way k-shot, n = 3, 4, 5; its own report (ray_jobs.report_fedproto)
-    # its ± is the std over the 20 clients of one run, so one seed, as the paper's
-    "fedproto": Table("FedProto Table 1 (MNIST, stdev 2)",
-                      [(m, f"fedproto-mnist-n{n}") for n in (3, 4, 5) for m in paper.FEDPROTO_TABLE1],
-                      paper.FEDPROTO_TABLE1, metric="final", seeds=(0,), smoke=dict(eval_max=None)),
+    # FedProto (AAAI 2022) Tables 1 and 2, MNIST n-way k-shot, n = 3, 4, 5, stdev of n 2 (Table 1) and 3 (Table 2's
+    # second rows, presets -s3), the paper's eight rows; its own report (ray_jobs.report_fedproto); its ± is the
+    # std over the 20 clients of one run, so one seed, as the paper's
+    "fedproto": Table("FedProto Tables 1 and 2 (MNIST, stdev of n 2 and 3)",
+                      [(m, f"fedproto-mnist-n{n}{'-s3' if sd == 3 else ''}") for sd in (2, 3) for n in (3, 4, 5)
+                       for m in paper.FEDPROTO_TABLE[sd]],
+                      paper.FEDPROTO_TABLE, metric="final", seeds=(0,), smoke=dict(eval_max=None)),
     "fedapc": Table("FedAPC Tables I and II (8 clients; fedapc_noaug: Table II, without augmentation)",
                     [(m, p) for p in ("fedapc-digits", "fedapc-office") for m in paper.FEDAPC], paper.FEDAPC,
                     communication=True),

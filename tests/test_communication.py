@@ -51,21 +51,26 @@ def test_client_round_and_means():
     assert run_total(rounds) == {"per_client_per_round": m, "total_bytes": 2 * (56 + 40 + 8 + 32)}
 
 
-@pytest.mark.parametrize("method", ["fedavg", "fedproto", "fpl"])
-def test_driver_counts_two_rounds_by_hand(method, data_root, monkeypatch):
-    """2 USPS clients, 2 rounds, TinyNet (feature dim 6). Round 0: each client receives the weights only and
-    uploads its weights plus, for a prototype method, 6 float32 per class it holds; round 1: it also
-    receives the payload: FedProto's 10 x 6 global prototypes, FPL's M x 6 cluster prototypes, their M int64
-    labels, and the 10 x 6 unbiased and global prototypes; FedAvg sends and takes no prototype."""
+def tiny_driver(method: str, data_root, monkeypatch, **hparams):
+    """The real driver (local executor, one client group) on 2 USPS clients of the tiny network."""
     import lightning_modules.clients
     import ray_jobs.driver
 
     for mod in (lightning_modules.clients, ray_jobs.driver):
         monkeypatch.setattr(mod, "build_model", lambda name, k: TinyNet(k))
     cfg = RunConfig(method=method, dataset="digits", domains=["usps"], split="fedapc", rounds=2, local_epochs=1,
-                    client_fraction=0.5, executor="local", num_actors=1, eval_max=20)
+                    client_fraction=0.5, executor="local", num_actors=1, eval_max=20, hparams=hparams)
     clients = plan_clients(data_root, "digits", {"usps": 2}, 0.01, 0, 0.5)
-    driver = ray_jobs.driver.Driver(cfg, clients, str(data_root))
+    return ray_jobs.driver.Driver(cfg, clients, str(data_root)), clients
+
+
+@pytest.mark.parametrize("method", ["fedavg", "fedproto", "fpl"])
+def test_driver_counts_two_rounds_by_hand(method, data_root, monkeypatch):
+    """2 USPS clients, 2 rounds, TinyNet (feature dim 6). Round 0: each client receives the weights only and
+    uploads its weights plus, for a prototype method, 6 float32 per class it holds; round 1: it also
+    receives the payload: FedProto's 10 x 6 global prototypes, FPL's M x 6 cluster prototypes, their M int64
+    labels, and the 10 x 6 unbiased and global prototypes; FedAvg sends and takes no prototype."""
+    driver, clients = tiny_driver(method, data_root, monkeypatch)
     labels = {c["id"]: set(driver.executor.groups[0].data[c["id"]][1].tolist()) for c in clients}
     for r in range(2):
         payload = driver.payload
@@ -83,3 +88,20 @@ def test_driver_counts_two_rounds_by_hand(method, data_root, monkeypatch):
             down_bytes = 0 if r == 0 or method == "fedavg" else (4 * (down - m) + 8 * m if method == "fpl" else 4 * down)
             assert got == {"up_weights": TINY_ENTRIES, "up_prototypes": protos, "up_bytes": TINY_BYTES + 4 * protos,
                            "down_weights": TINY_ENTRIES, "down_prototypes": down, "down_bytes": TINY_BYTES + down_bytes}
+
+
+@pytest.mark.parametrize("method,hparams", [("fedper", {}), ("fedrep", {}), ("fesem", {"clusters": 2})])
+def test_personalised_methods_count_what_travels(method, hparams, data_root, monkeypatch):
+    """FedPer and FedRep upload and receive the body only: TinyNet less its classifier's 10 x 6 + 10 float32;
+    FeSEM uploads its whole state_dict and receives its centre's, in round 0 the initialisation. Each client is
+    tested with its own model on the domain's test set (no global model is tested)."""
+    driver, clients = tiny_driver(method, data_root, monkeypatch, **hparams)
+    head = 0 if method == "fesem" else 70
+    for r in range(2):
+        rec = driver.run_round(r)
+        for c in clients:
+            assert rec["communication"]["per_client"][str(c["id"])] == {
+                "up_weights": TINY_ENTRIES - head, "up_prototypes": 0, "up_bytes": TINY_BYTES - 4 * head,
+                "down_weights": TINY_ENTRIES - head, "down_prototypes": 0, "down_bytes": TINY_BYTES - 4 * head}
+        assert set(rec["client_accuracy"]) == {str(c["id"]) for c in clients} and "usps" in rec["accuracy"]
+    assert (driver.final_state() is None) == (method == "fesem")  # FeSEM: a model per cluster, none global

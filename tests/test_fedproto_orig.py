@@ -3,6 +3,8 @@ FedProto-mh's widths, prototype-only aggregation (no weights travel, each client
 both inference rules, and the mean over clients of their accuracies."""
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 import torch
@@ -63,6 +65,28 @@ def test_nway_kshot_split(mnist_labels, ways):
         assert len(np.unique(all_idx)) == len(all_idx)  # no sample on two clients
     assert nway_kshot_split(train_y, test_y, 20, ways, seed=7) == split  # same seed, same split
     assert nway_kshot_split(train_y, test_y, 20, ways, seed=8) != split
+
+
+@pytest.mark.parametrize("ways", [3, 5])
+def test_stdev_3_split_class_counts_from_its_seed(data_root, mnist_labels, ways):
+    """Table 2's second rows (preset fedproto-mnist-n<ways>-s3): each client's n and k are the seed's draws
+    n ~ randint(max(2, ways - 3), min(10, ways + 4)), k ~ randint(100 - 3 + 1, 100 + 3 - 1) (upper bounds
+    exclusive), drawn here again from the split's stream (seed, domain position 0); its classes hold k training
+    and 40 test samples each."""
+    train_y, test_y = mnist_labels
+    cfg = RunConfig.from_preset(f"fedproto-mnist-n{ways}-s3", method="fedavg", seed=1, data_root=str(data_root))
+    assert (cfg.split, cfg.ways, cfg.ways_stdev) == (f"{ways}way-s3", ways, 3)
+    rng = np.random.default_rng([1, 0])
+    n = rng.integers(max(2, ways - 3), min(10, ways + 4), size=20)
+    k = rng.integers(98, 102, size=20)
+    clients = planned_clients(cfg)
+    assert [len(c["classes"]) for c in clients] == n.tolist()
+    for c, kc in zip(clients, k):
+        assert np.bincount(train_y[c["indices"]], minlength=10)[c["classes"]].tolist() == [kc] * len(c["classes"])
+        assert np.bincount(test_y[c["test_indices"]], minlength=10)[c["classes"]].tolist() == [40] * len(c["classes"])
+    assert set(k.tolist()) == {98, 99, 100, 101}  # wider than stdev 2's 99 or 100
+    assert max(n) > min(9, ways + 2) or min(n) < max(2, ways - 2)  # n beyond stdev 2's range
+    assert planned_clients(dataclasses.replace(cfg, split=f"{ways}way")) != clients
 
 
 def test_split_refuses_too_many_clients_for_a_class(mnist_labels):

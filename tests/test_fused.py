@@ -65,7 +65,7 @@ def make_group(method: str, engine: str, shards, dtype, precision="32-true", lr=
     mean = sum(SIZES.values()) / len(SIZES)  # the driver's data_share (FedDyn's alpha_k)
     group.clients = [{"id": c, "domain": "usps", "data_share": n / mean} for c, n in SIZES.items()]
     group.data = shards
-    group.module = spec.client(TinyNet(10), spec.defaults, lr=lr, momentum=0.9, weight_decay=1e-3)
+    group.module = spec.client(TinyNet(10), group.cfg.hparams, lr=lr, momentum=0.9, weight_decay=1e-3)
     group.module.to(dtype)
     group.module.precision_mode = precision
     group.client_states = {}
@@ -81,9 +81,11 @@ def run_rounds(method, shards, variants, rounds=2, lr=0.05, **protocol):
     torch.manual_seed(0)
     state = {k: v.to(variants[0][1]) for k, v in TinyNet(10).state_dict().items()}
     keys = [k for k, _ in TinyNet(10).named_parameters()]
-    rule = spec.server(spec.defaults, 10, TinyNet.feature_dim, 10, keys)  # of 10 rounds: FedProc's weight a > 0
     groups = [make_group(method, engine, shards, dtype, precision, lr, **protocol) for engine, dtype, precision in variants]
+    rule = spec.server(groups[0].cfg.hparams, 10, TinyNet.feature_dim, 10, keys)  # of 10 rounds: FedProc's weight a > 0
     payload, results = None, [[] for _ in variants]
+    if rule.per_client:  # FeSEM: every client's own entry
+        state = {c: state for c in SIZES}
     for r in range(rounds):
         before = (groups[0].client_states, groups[0].own_models)
         for group, out in zip(groups, results):
@@ -93,7 +95,9 @@ def run_rounds(method, shards, variants, rounds=2, lr=0.05, **protocol):
                 res["sum"] = {f"{c}.{k}": v.clone() for c, own in group.own_models.items() for k, v in own.items()}
             out.append((res, {c: group.client_states.get(c) for c in SIZES}))
         first = results[0][-1][0]
-        if rule.averages_weights:
+        if rule.per_client:
+            state = rule.aggregate_clients(first["uploads"], first["client_weights"], r)
+        elif rule.averages_weights:
             state = rule.aggregate(state, weighted_mean([first["sum"]], [first["weight"]]), r)
         payload = rule.payload(first["protos"], r)
     return results
@@ -141,8 +145,10 @@ def test_fused_equals_sequential_in_float64(method, drop_last, shards):
         assert max_rel_diff(rf["sum"], rs["sum"]) < 1e-9  # weights and BatchNorm statistics
         assert max_rel_diff(rf["protos"], rs["protos"]) < 1e-9
         assert max_rel_diff(rf["losses"], rs["losses"]) < 1e-9
-        if cs_s[0] is not None:  # MOON's previous model, FedDyn's correction
+        if cs_s[0] is not None:  # MOON's previous model, FedDyn's correction, FedPer's and FedRep's heads
             assert max_rel_diff(cs_f, cs_s) < 1e-9
+        if spec.server.per_client:  # FeSEM: each client's upload, not only their sum
+            assert sorted(rf["uploads"]) == sorted(SIZES) and max_rel_diff(rf["uploads"], rs["uploads"]) < 1e-9
     # the training moved the weights and the clients differ: the comparison above could fail
     assert max_rel_diff(seq[-1][0]["sum"], seq[0][0]["sum"]) > 1e-3
     assert len({round(v, 6) for v in seq[-1][0]["losses"].values()}) > 1
@@ -166,6 +172,42 @@ def test_fused_equals_sequential_when_clients_start_from_their_own_weights(metho
     # the clients did start apart: round 0's sum is not what the shared start gives
     (shared,) = run_rounds(method, shards, [("sequential", torch.float64, "32-true")], rounds=1)
     assert max_rel_diff(shared[0][0]["sum"], seq[0][0]["sum"]) > 1e-3
+
+
+def test_fused_equals_sequential_for_fedrep_with_clients_in_different_phases(shards):
+    """FedRep's phases are each client's own in the stack. With rep_epochs=1.5 of 2 local epochs a client trains
+    its head in its first round(0.5 x its steps per epoch) steps, then its body: the clients of 10 samples (3 steps
+    an epoch) h h b | b b b, those of 7 and 5 (2 steps) h b | b b. At the stack's step 1 the clients of 10 train
+    their heads beside the others' bodies, so each slice's frozen part has a gradient that must change nothing
+    (weights, momentum 0.9, weight decay); the sequential loop (torch's SGD, frozen parameters without a gradient)
+    is the reference. A phase taken from one client for all would train other parts and fail."""
+    module = METHODS["fedrep"].client(TinyNet(10), {"head": "classifier", "rep_epochs": 1.5})
+    by_hand = {3: "hhbbbb", 2: "hbbb"}  # steps per epoch -> phase at each of the 2 epochs' steps
+    for epoch_steps, expected in by_hand.items():
+        got = ""
+        for step in range(2 * epoch_steps):
+            module.on_local_step(step, epoch_steps, 2)
+            got += "h" if module.net.classifier.weight.requires_grad else "b"
+        assert got == expected
+    for drop_last in (False, True):  # with drop_last 2, 1 and 1 steps an epoch: h b | b b, and b | b (round(0.5) = 0)
+        seq, fused = run_rounds("fedrep", shards, [("sequential", torch.float64, "32-true"),
+                                                   ("fused", torch.float64, "32-true")],
+                                drop_last=drop_last, hparams={"rep_epochs": 1.5})
+        for (rs, cs_s), (rf, cs_f) in zip(seq, fused):
+            assert max_rel_diff(rf["sum"], rs["sum"]) < 1e-9  # the bodies (and BatchNorm statistics)
+            assert max_rel_diff(cs_f, cs_s) < 1e-9  # the heads
+            assert max_rel_diff(rf["losses"], rs["losses"]) < 1e-9
+            assert max_rel_diff(rf["protos"], rs["protos"]) < 1e-9
+        # both parts moved: the heads (of the clients whose phases give them a step), and the bodies' sum from
+        # round 0 to round 1; with drop_last the heads of the clients of 7 and 5 never train: exactly their start
+        torch.manual_seed(0)  # run_rounds' initialisation
+        start = {k: v.double() for k, v in TinyNet(10).state_dict().items() if k.startswith("classifier.")}
+        for c, n in SIZES.items():
+            if drop_last and n < 10:
+                assert all(torch.equal(cs_f[c][k], start[k]) for k in start)
+            else:
+                assert max_rel_diff(cs_f[c], start) > 1e-3
+        assert max_rel_diff(seq[1][0]["sum"], seq[0][0]["sum"]) > 1e-3
 
 
 def test_fused_equals_sequential_in_float32(shards):
@@ -345,6 +387,45 @@ def test_stacked_sgd_is_each_clients_torch_sgd_and_leaves_the_others_untouched()
                 torch.testing.assert_close(w[i], p.detach(), rtol=1e-15, atol=1e-15)
             else:
                 assert torch.equal(w[i], before[0][i]) and torch.equal(stacked.buffers[0][i], before[1][i])
+
+
+def test_stacked_sgd_per_parameter_masks_leave_frozen_slices_whatever_their_gradients():
+    """One mask per parameter (FedRep's phases): where a client does not train a parameter its slice and momentum
+    buffer stay bit for bit, even with a NaN or infinite gradient there; where it does, torch's update; a parameter
+    without a gradient (no client trains it) is left alone, as torch's SGD leaves it."""
+    torch.manual_seed(1)
+    hyper = [(0.1, 0.9, 1e-3), (0.05, 0.5, 1e-2)]
+    params = [torch.randn(2, 3, dtype=torch.float64), torch.randn(2, 4, 2, dtype=torch.float64)]
+    stacked = StackedSGD(params, hyper)
+    own = [[p[i].clone().requires_grad_(True) for p in params] for i in range(2)]
+    torch_sgd = [torch.optim.SGD(own[i], lr=lr, momentum=m, weight_decay=wd) for i, (lr, m, wd) in enumerate(hyper)]
+    steps = [  # per parameter the clients that train it (None: both), or no gradient at all
+        ([True, False], [False, True]), (None, None), ([False, True], "no gradient"), ([True, True], [False, False])]
+    for masks in steps:
+        before = [(p.clone(), b.clone()) for p, b in zip(params, stacked.buffers)]
+        for opt in torch_sgd:
+            opt.zero_grad(set_to_none=True)
+        for j, (p, mask) in enumerate(zip(params, masks)):
+            if mask == "no gradient":
+                p.grad = None
+                continue
+            grad = torch.randn_like(p)
+            for i in range(2):
+                if mask is None or mask[i]:
+                    own[i][j].grad = grad[i].clone()
+                else:
+                    grad[i].view(-1)[0] = float("nan") if i else float("inf")  # a frozen slice's gradient
+            p.grad = grad
+        stacked.step([None if m is None or m == "no gradient" else torch.tensor(m) for m in masks])
+        for opt in torch_sgd:
+            opt.step()
+        for j, (p, mask) in enumerate(zip(params, masks)):
+            for i in range(2):
+                if mask is None or (mask != "no gradient" and mask[i]):
+                    torch.testing.assert_close(p[i], own[i][j].detach(), rtol=1e-15, atol=1e-15)
+                else:
+                    assert torch.equal(p[i], before[j][0][i]) and torch.equal(stacked.buffers[j][i], before[j][1][i])
+                    torch.testing.assert_close(own[i][j].detach(), p[i], rtol=1e-15, atol=1e-15)  # torch's SGD too
 
 
 def test_fused_engine_trains_a_group_as_one_stack(shards):

@@ -146,6 +146,10 @@ def test_command_line_flags_override_the_preset():
         ("fedplvm-digit5", "digit5", 3, 0.9, 32, 2)
     plain = parse("--dataset", "office_caltech")
     assert plain == RunConfig(dataset="office_caltech")
+    # a preset's split stays unless --split is given (it was the dataset's default split before)
+    assert parse("--preset", "fedproto-mnist-n4-s3", "--method", "fedavg").split == "4way-s3"
+    assert parse("--preset", "fedapc-office", "--method", "fedavg").split == "fedapc"
+    assert parse("--preset", "fedproto-mnist-n4", "--method", "fedavg", "--split", "5way").split == "5way"
 
 
 def test_drop_last_with_a_client_smaller_than_a_batch_is_refused(data_root, tmp_path):

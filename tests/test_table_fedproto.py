@@ -1,5 +1,6 @@
-"""`make table-fedproto PROFILE=smoke EXECUTOR=local` end to end: 15 runs (5 methods x n = 3, 4, 5), the report
-beside FedProto's Table 1 with both inference rules and the parameters uploaded per round; resumable."""
+"""`make table-fedproto PROFILE=smoke EXECUTOR=local` end to end: 48 runs (the paper's 8 methods x n = 3, 4, 5 x
+stdev of n 2 and 3), the report beside FedProto's Tables 1 and 2 with both inference rules and the parameters
+uploaded per round, counted from what travelled; resumable."""
 from __future__ import annotations
 
 import json
@@ -15,7 +16,10 @@ from ray_jobs import figures as cli
 from ray_jobs.plan import plan
 from ray_jobs.sweep import execute, main
 
-METHODS = ["fedproto_orig", "fedproto_mh", "fedavg", "fedprox", "local"]
+METHODS = ["local", "fesem", "fedprox", "fedper", "fedavg", "fedrep", "fedproto_orig", "fedproto_mh"]
+SPLITS = {(n, sd): f"{n}way{'-s3' if sd == 3 else ''}" for n in (3, 4, 5) for sd in (2, 3)}
+# parameters a client uploads per round: the CNN's 21,840, its body's 21,330 (FedPer, FedRep), or none (Local)
+UPLOADS = {"fedavg": 21840, "fedprox": 21840, "fesem": 21840, "fedper": 21330, "fedrep": 21330, "local": 0}
 ARGS = ["--table", "fedproto", "--profile", "smoke", "--executor", "local"]
 
 
@@ -23,34 +27,39 @@ ARGS = ["--table", "fedproto", "--profile", "smoke", "--executor", "local"]
 def smoke(data_root, tmp_path_factory):
     out = tmp_path_factory.mktemp("table_fedproto")
     with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("WANDB_MODE", "disabled")  # 15 runs: W&B's offline files are tested by the other sweeps
+        mp.setenv("WANDB_MODE", "disabled")  # 48 runs: W&B's offline files are tested by the other sweeps
         assert main([*ARGS, "--results-dir", str(out), "--data-root", str(data_root)]) == 0
     return out
 
 
 def test_report_beside_the_paper(smoke):
     md = (smoke / "tablefedproto.md").read_text()
-    assert md.splitlines()[0].startswith("# FedProto Table 1") and "SMOKE SETTINGS" in md.splitlines()[0]
+    assert md.splitlines()[0].startswith("# FedProto Tables 1 and 2") and "SMOKE SETTINGS" in md.splitlines()[0]
     df = pd.read_csv(smoke / "tablefedproto.csv")
-    rows = set(zip(df.method, df.rule, df.ways))
-    expected = {(m, r, n) for n in (3, 4, 5) for m in METHODS
+    rows = set(zip(df.method, df.rule, df.ways, df.stdev))
+    expected = {(m, r, n, sd) for (n, sd) in SPLITS for m in METHODS
                 for r in (("prototype", "classifier") if m.startswith("fedproto") else ("classifier",))}
-    assert rows == expected and len(df) == 21
-    cell = lambda m, r, n: df[(df.method == m) & (df.rule == r) & (df.ways == n)].iloc[0]  # noqa: E731
-    # the paper's Table 1 (PROTOCOL.md section 4); the classifier rows of FedProto have no paper value
+    assert rows == expected and len(df) == 60
+
+    def cell(m, r, n, sd=2):
+        return df[(df.method == m) & (df.rule == r) & (df.ways == n) & (df.stdev == sd)].iloc[0]
+
+    # the paper's Tables 1 and 2 (PROTOCOL.md section 4); the classifier rows of FedProto have no paper value
     assert cell("fedproto_orig", "prototype", 4)["paper"] == 96.80
     assert cell("fedproto_mh", "prototype", 5)["paper"] == 96.22
     assert cell("local", "classifier", 5)["paper"] == 92.92
+    assert cell("fesem", "classifier", 4)["paper"] == 97.06 and cell("fedrep", "classifier", 3, 3)["paper"] == 95.01
+    assert cell("fedper", "classifier", 5, 3)["paper"] == 96.07 and cell("fedavg", "classifier", 4, 3)["paper"] == 91.99
     assert np.isnan(cell("fedproto_orig", "classifier", 3)["paper"])
     for m in METHODS:
-        for n in (3, 4, 5):
-            run = smoke / "runs" / f"{m}-mnist-{n}way-seed0"
+        for (n, sd), split in SPLITS.items():
+            run = smoke / "runs" / f"{m}-mnist-{split}-seed0"
             summary = json.loads((run / "summary.json").read_text())
             last = read_jsonl(run / "metrics.jsonl")[-1]
             assert len(summary["clients"]) == 20 and len(last["client_accuracy"]) == 20
             classes = sum(len(c["classes"]) for c in summary["clients"])
             for rule in ("prototype", "classifier") if m.startswith("fedproto") else ("classifier",):
-                c = cell(m, rule, n)
+                c = cell(m, rule, n, sd)
                 per_client = [a[rule] for a in last["client_accuracy"].values()]
                 # ours: the final round's mean over clients (1 seed), and their spread
                 assert c["ours_mean"] == pytest.approx(summary["final"][rule], abs=1e-4)
@@ -58,13 +67,14 @@ def test_report_beside_the_paper(smoke):
                 assert c["client_std"] == pytest.approx(np.std(per_client), abs=1e-4)
                 if not np.isnan(c["paper"]):
                     assert c["diff"] == pytest.approx(c["ours_mean"] - c["paper"], abs=1e-3)
-                # uploads per round: 20 CNNs of 21,840 parameters, a 50-d prototype per class held, or nothing
-                assert c["params_per_round"] == {"fedavg": 20 * 21840, "fedprox": 20 * 21840, "local": 0}.get(m, 50 * classes)
+                # uploads per round by the 20 clients: weights (UPLOADS), a 50-d prototype per class held
+                assert c["params_per_round"] == (20 * UPLOADS[m] if m in UPLOADS else 50 * classes)
             assert summary["final"]["AVG"] == summary["final"]["prototype" if m.startswith("fedproto") else "classifier"]
-            assert (run / "model.pt").exists() == (m in ("fedavg", "fedprox"))  # no global model otherwise
-    for n in (3, 4, 5):
-        assert (smoke / "figures" / "tablefedproto" / f"curves_{n}way.png").exists()
-    assert "| fedproto_orig (classifier) |" in md and "| local |" in md
+            # a global model (FedPer's and FedRep's: the body) but under FeSEM, Local and FedProto
+            assert (run / "model.pt").exists() == (m in ("fedavg", "fedprox", "fedper", "fedrep"))
+    for split in SPLITS.values():
+        assert (smoke / "figures" / "tablefedproto" / f"curves_{split}.png").exists()
+    assert "| fedproto_orig (classifier) | 2 |" in md and "| local | 3 |" in md and "(106k; 100 rounds)" in md
 
 
 def test_figures_are_redrawn_from_the_report(smoke):
@@ -83,8 +93,8 @@ def test_report_run_in_wandb(smoke, data_root, monkeypatch):
     media = next(d for d in Path(os.environ["WANDB_DIR"]).rglob("offline-run-*/files/media")
                  if list(d.glob("table/tablefedproto_*.table.json")))
     report = json.loads(next(media.glob("table/tablefedproto_*.table.json")).read_text())
-    assert len(report["data"]) == len(pd.read_csv(smoke / "tablefedproto.csv")) == 21
-    assert len(list(media.glob("images/figures/*.png"))) == 3
+    assert len(report["data"]) == len(pd.read_csv(smoke / "tablefedproto.csv")) == 60
+    assert len(list(media.glob("images/figures/*.png"))) == 6
     chart = json.loads(next(media.glob("table/avg_per_round/4way_table_*.table.json")).read_text())
     rows = pd.DataFrame(chart["data"], columns=chart["columns"])
     assert set(rows.lineKey) == set(METHODS)
@@ -95,5 +105,6 @@ def test_report_run_in_wandb(smoke, data_root, monkeypatch):
 
 def test_rerun_runs_nothing(smoke, data_root):
     runs = plan("fedproto", "smoke", None, smoke, str(data_root), {"executor": "local"})
-    assert len(runs) == 15 and {c.preset for c in runs} == {f"fedproto-mnist-n{n}" for n in (3, 4, 5)}
+    assert len(runs) == 48
+    assert {c.preset for c in runs} == {f"fedproto-mnist-n{n}{s}" for n in (3, 4, 5) for s in ("", "-s3")}
     assert execute(runs, None) == []
