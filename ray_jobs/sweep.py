@@ -282,17 +282,26 @@ def main(argv: list[str] | None = None) -> int:
             check_data(chosen[t], t)
         if not args.report_only:
             execute(list({c.out: c for t in tables for c in chosen[t]}.values()), args.parallel)  # a shared run once
-        dfs = {}
+        dfs, unreported = {}, []
         for t in tables:
-            if t == "fedproto":  # per stdev, n and inference rule, beside the paper's Tables 1 and 2 (ray_jobs.report_fedproto)
-                dfs[t], figs = report_fedproto.report(args.profile, runs[t], results_dir)
-                log_wandb(t, args.profile, dfs[t], figs)
-            else:
-                dfs[t] = report(t, args.profile, runs[t], results_dir)
+            try:
+                if t == "fedproto":  # per stdev, n and inference rule, beside the paper's Tables 1 and 2 (ray_jobs.report_fedproto)
+                    dfs[t], figs = report_fedproto.report(args.profile, runs[t], results_dir)
+                    log_wandb(t, args.profile, dfs[t], figs)
+                else:
+                    dfs[t] = report(t, args.profile, runs[t], results_dir)
+            except RunError:
+                if len(tables) == 1:
+                    raise
+                unreported.append(t)  # a group's table without a complete run yet: the others are reported
+        if not dfs:
+            raise RunError(f"no complete run of any table of {args.table} to report; run its sweep first.")
     except (ConfigError, DataError, RunError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    for t in tables:
+    if unreported:
+        print(f"note: no complete run yet of {', '.join(unreported)}: not reported", file=sys.stderr)
+    for t in dfs:
         name = report_name(t)
         print((results_dir / f"{name}.md").read_text())
         print(f"report: {results_dir / f'{name}.md'} and .csv ({len(dfs[t])} cells); "
