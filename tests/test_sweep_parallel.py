@@ -95,7 +95,8 @@ def test_a_failed_worker_does_not_stop_the_others(data_root, tmp_path, capsys, m
     assert "(non-finite loss in round 1" in (tmp_path / "fail" / "run.log").read_text().splitlines()[-1]
 
 
-ROUNDS = 6  # long enough that both runs are still running when the signal comes (at 3 an idle CPU finished them)
+ROUNDS = 20  # long enough that both runs are still running when the signal comes (at 3 and 6 an idle CPU finished
+# the first before the second had its first checkpoint)
 
 
 def test_ctrl_c_stops_every_worker_and_the_same_sweep_resumes_their_runs(data_root, tmp_path):
