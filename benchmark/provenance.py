@@ -28,7 +28,8 @@ def package_versions() -> dict[str, str | None]:
 
 
 def git_state() -> dict:
-    """The project's commit and whether its tree differs from it (None outside a git checkout)."""
+    """The project's commit and whether its code differs from it (None outside a git checkout). Run outputs under
+    results/ do not count: a sweep's own new run folders would otherwise mark every later run of it dirty."""
     def git(*args):
         return subprocess.run(["git", "-C", str(PROJECT_ROOT), *args], capture_output=True, text=True, timeout=10)
 
@@ -36,7 +37,7 @@ def git_state() -> dict:
         head = git("rev-parse", "HEAD")
         if head.returncode:
             return {"commit": None, "dirty": None}
-        status = git("status", "--porcelain")
+        status = git("status", "--porcelain", "--", ".", ":(exclude)results")
         return {"commit": head.stdout.strip(), "dirty": bool(status.stdout.strip())}
     except (OSError, subprocess.SubprocessError):
         return {"commit": None, "dirty": None}

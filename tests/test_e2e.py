@@ -120,6 +120,27 @@ def test_nonfinite_loss_stops_the_run(ray_cluster, data_root, tmp_path):
     assert [r["round"] for r in read_jsonl(out / "metrics.jsonl")] == [0]
 
 
+def test_git_state_ignores_run_outputs_under_results(tmp_path, monkeypatch):
+    """A sweep's own new run folders (untracked files under results/) leave the tree clean; a changed source file
+    does not."""
+    import subprocess
+
+    from benchmark import provenance
+
+    git = lambda *a: subprocess.run(["git", "-C", str(tmp_path), *a], check=True, capture_output=True)  # noqa: E731
+    git("init", "-q")
+    (tmp_path / "code.py").write_text("x = 1\n")
+    git("add", "code.py")
+    git("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "c")
+    monkeypatch.setattr(provenance, "PROJECT_ROOT", tmp_path)
+    (tmp_path / "results/runs/a-run").mkdir(parents=True)
+    (tmp_path / "results/runs/a-run/summary.json").write_text("{}")
+    state = provenance.git_state()
+    assert state["dirty"] is False and len(state["commit"]) == 40
+    (tmp_path / "code.py").write_text("x = 2\n")
+    assert provenance.git_state()["dirty"] is True
+
+
 def test_config_records_provenance(runs, full_digits_root):
     """config.json: package versions, the git commit and dirty flag, the data files' sha256 as verified, the
     driver's and each actor's machine, device and engine, checked against independent reads."""
@@ -136,7 +157,8 @@ def test_config_records_provenance(runs, full_digits_root):
     assert set(prov["packages"]) == {"torch", "lightning", "ray", "wandb", "finch-clust", "numpy"}
     repo = Path(__file__).resolve().parent.parent
     git = lambda *a: subprocess.run(["git", "-C", str(repo), *a], capture_output=True, text=True).stdout  # noqa: E731
-    assert prov["git"] == {"commit": git("rev-parse", "HEAD").strip(), "dirty": bool(git("status", "--porcelain").strip())}
+    changed = [line[3:] for line in git("status", "--porcelain").splitlines() if not line[3:].startswith("results/")]
+    assert prov["git"] == {"commit": git("rev-parse", "HEAD").strip(), "dirty": bool(changed)}
     assert sorted(prov["data_sha256"]) == [f"office_caltech10/{d}.npz" for d in sorted(["amazon", "caltech", "dslr", "webcam"])]
     for rel, digest in prov["data_sha256"].items():
         assert hashlib.sha256((full_digits_root / rel).read_bytes()).hexdigest() == digest
