@@ -235,8 +235,9 @@ def load_model(run_dir: Path):
     if not path.is_file():
         raise FigureError(f"{run_dir} has no {MODEL_FILE}: only a run that finished (with this version) saves its "
                           "final model; run it again to draw its feature map.")
-    spec = DATASET_SPECS[_config(run_dir)["dataset"]]
-    model = build_model(spec.model, spec.num_classes)
+    cfg = _config(run_dir)
+    spec = DATASET_SPECS[cfg["dataset"]]
+    model = build_model(spec.model, spec.num_classes, **cfg.get("model_options", {}))  # (GroupNorm under DP-SGD)
     state = torch.load(path, map_location="cpu", weights_only=True)
     model.load_state_dict({k: v.float() if v.is_floating_point() else v for k, v in state.items()})
     return model.eval()

@@ -6,6 +6,8 @@ A model maps images to (logits, features) and has `features(x)`, `feature_dim` a
 """
 from __future__ import annotations
 
+import math
+
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -13,16 +15,26 @@ from torch import nn
 from benchmark.cnn import CNNMnist
 
 
+def norm_layer(norm: str, channels: int) -> nn.Module:
+    """BatchNorm2d, or (`group`) the GroupNorm that Opacus's `ModuleValidator.fix` puts in a BatchNorm's place for
+    DP-SGD (gcd(32, channels) groups, affine; its weight and bias start as BatchNorm's, ones and zeros): per-sample
+    statistics, so no sample's output depends on the others of its batch, and no running statistics (the model
+    normalises alike in training and in eval mode)."""
+    if norm == "group":
+        return nn.GroupNorm(math.gcd(32, channels), channels)
+    return nn.BatchNorm2d(channels)
+
+
 class BasicBlock(nn.Module):
-    def __init__(self, cin: int, cout: int, stride: int):
+    def __init__(self, cin: int, cout: int, stride: int, norm: str = "batch"):
         super().__init__()
         self.conv1 = nn.Conv2d(cin, cout, 3, stride, 1, bias=False)
-        self.bn1 = nn.BatchNorm2d(cout)
+        self.bn1 = norm_layer(norm, cout)
         self.conv2 = nn.Conv2d(cout, cout, 3, 1, 1, bias=False)
-        self.bn2 = nn.BatchNorm2d(cout)
+        self.bn2 = norm_layer(norm, cout)
         self.shortcut = nn.Sequential()
         if stride != 1 or cin != cout:
-            self.shortcut = nn.Sequential(nn.Conv2d(cin, cout, 1, stride, bias=False), nn.BatchNorm2d(cout))
+            self.shortcut = nn.Sequential(nn.Conv2d(cin, cout, 1, stride, bias=False), norm_layer(norm, cout))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         out = F.relu(self.bn1(self.conv1(x)))
@@ -32,18 +44,19 @@ class BasicBlock(nn.Module):
 
 class ResNet10(nn.Module):
     """conv3x3(3->64) + BN + ReLU, no max-pool; one BasicBlock per stage (64/128/256/512,
-    strides 1/2/2/2); global average pool -> 512-d post-ReLU feature; Linear(512, classes)."""
+    strides 1/2/2/2); global average pool -> 512-d post-ReLU feature; Linear(512, classes). `norm="group"`:
+    GroupNorm in every BatchNorm's place, as Opacus's `ModuleValidator.fix` makes it (`norm_layer`: DP-SGD)."""
 
     feature_dim = 512
 
-    def __init__(self, num_classes: int = 10):
+    def __init__(self, num_classes: int = 10, norm: str = "batch"):
         super().__init__()
         self.num_classes = num_classes
         self.conv1 = self.stem()
-        self.bn1 = nn.BatchNorm2d(64)
+        self.bn1 = norm_layer(norm, 64)
         widths, strides, cin, layers = (64, 128, 256, 512), (1, 2, 2, 2), 64, []
         for w, s in zip(widths, strides):
-            layers.append(BasicBlock(cin, w, s))
+            layers.append(BasicBlock(cin, w, s, norm))
             cin = w
         self.layers = nn.Sequential(*layers)
         self.classifier = nn.Linear(512, num_classes)
@@ -69,8 +82,8 @@ class ResNet10PLVM(ResNet10):
     padding-1 stem and a 3x3 stride-2 max-pool; convolutions Kaiming-normal (fan_out) initialised as
     there. Its two unused heads (fc1, fc2) are left out (docs/deviations.md)."""
 
-    def __init__(self, num_classes: int = 10):
-        super().__init__(num_classes)
+    def __init__(self, num_classes: int = 10, norm: str = "batch"):
+        super().__init__(num_classes, norm)
         for m in self.modules():
             if isinstance(m, nn.Conv2d):
                 nn.init.kaiming_normal_(m.weight, mode="fan_out", nonlinearity="relu")

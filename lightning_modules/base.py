@@ -45,6 +45,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from benchmark.transforms import Transform, to_device
+from lightning_modules.privacy import dp_sgd, private
 from lightning_modules.server import RoundPayload
 
 
@@ -100,6 +101,7 @@ class ClientModule(L.LightningModule):
     precision_mode = "32-true"  # the engines run the forward passes under precision_context(precision_mode)
     transform = Transform()  # the protocol's batch transform (the client group sets the dataset's)
     eval_batch = 500  # images per forward pass of `eval_features`
+    run_rounds = 1  # the run's rounds (the client group sets it): DP-SGD's accountant counts the whole run's steps
 
     def __init__(self, net: nn.Module, hparams: dict | None = None, *, lr: float = 0.01, momentum: float = 0.9,
                  weight_decay: float = 1e-5):
@@ -273,29 +275,40 @@ def fit_local(module: ClientModule, x: torch.Tensor, y: torch.Tensor, epochs: in
               drop_last: bool = False) -> float:
     """Train `module` on the resident uint8 images `x` and labels `y`; returns the mean loss.
 
+    Under the hyperparameter `dp_sgd` the steps are DP-SGD (`lightning_modules.privacy`): Opacus's optimiser around
+    the module's, its noise multiplier for this client's `run_rounds` rounds of such fits.
     Raises NonFiniteLoss when any step's loss was NaN or infinite (checked once, at the end, on the sum of
     the losses, which is then non-finite: no per-step check or host sync); the caller must then discard the
     weights.
     """
     optimizer = module.configure_optimizers()
+    steps, epoch_steps = 0, steps_per_epoch(len(y), batch_size, drop_last)
+    if epoch_steps == 0:
+        raise no_training_step(len(y), batch_size)
+    dp = None
+    if private(module.hparams):
+        dp = dp_sgd(module.net, optimizer, module.hparams, module.run_rounds * epochs * epoch_steps, len(y), batch_size,
+                    generator)
+        optimizer = dp.optimizer
     module.train()
     dtype = next(module.net.parameters()).dtype
     total = torch.zeros((), dtype=dtype, device=x.device)
-    steps, epoch_steps = 0, steps_per_epoch(len(y), batch_size, drop_last)
-    for epoch in range(epochs):
-        module.gather_prototypes = epoch == epochs - 1
-        module.on_train_epoch_start()
-        for i, idx in enumerate(batches(len(y), batch_size, generator, drop_last, x.device)):
-            module.on_local_step(steps, epoch_steps, epochs)
-            with precision_context(module.precision_mode, x.device):
-                loss = module.training_step(augmented_batch(x, y, idx, generator, dtype, module.transform), i)
-            optimizer.zero_grad(set_to_none=True)
-            loss.backward()
-            optimizer.step()
-            total += loss.detach()
-            steps += 1
+    try:
+        for epoch in range(epochs):
+            module.gather_prototypes = epoch == epochs - 1
+            module.on_train_epoch_start()
+            for i, idx in enumerate(batches(len(y), batch_size, generator, drop_last, x.device)):
+                module.on_local_step(steps, epoch_steps, epochs)
+                with precision_context(module.precision_mode, x.device):
+                    loss = module.training_step(augmented_batch(x, y, idx, generator, dtype, module.transform), i)
+                optimizer.zero_grad(set_to_none=True)
+                loss.backward()
+                optimizer.step()
+                total += loss.detach()
+                steps += 1
+    finally:
+        if dp is not None:
+            dp.close()
     if not bool(torch.isfinite(total)):
         raise NonFiniteLoss("non-finite local loss")
-    if steps == 0:
-        raise no_training_step(len(y), batch_size)
     return float(total) / steps

@@ -47,6 +47,7 @@ from benchmark.models import build_model
 from benchmark.provenance import describe_process
 from lightning_modules.base import ClientModule, NonFiniteLoss, fit_local, own_initialisation, precision_context
 from lightning_modules.fused import FusedNonFiniteLoss, fit_fused
+from lightning_modules.privacy import model_options, private
 from lightning_modules.prototypes import nearest_prototype
 from lightning_modules.registry import METHODS
 from lightning_modules.server import RoundPayload, State, accumulate
@@ -69,13 +70,14 @@ def resolve_device(name: str, gpu_share: float | None = None) -> torch.device:
     return torch.device(name)
 
 
-def resolve_engine(name: str, device: torch.device) -> str:
+def resolve_engine(name: str, device: torch.device, hparams=None) -> str:
     """auto: the one-client-at-a-time loop on the CPU (grouped convolutions are slow in the CPU
-    kernels, `make bench`), the fused engine on CUDA."""
+    kernels, `make bench`), the fused engine on CUDA; the sequential one under DP-SGD (`hparams`' dp_sgd), which
+    the fused engine cannot run."""
     if name not in ENGINES:
         raise ValueError(f"unknown engine {name!r}; choose one of: {', '.join(ENGINES)}.")
     if name == "auto":
-        return "fused" if device.type == "cuda" else "sequential"
+        return "fused" if device.type == "cuda" and not private(hparams or {}) else "sequential"
     return name
 
 
@@ -149,12 +151,14 @@ class ClientGroup:
                                             lr=cfg.lr, momentum=cfg.momentum, weight_decay=cfg.weight_decay).to(self.device)
         module.precision_mode = cfg.precision
         module.transform = spec.transform
+        module.run_rounds = cfg.rounds
         return module
 
     def model_kwargs(self, c: dict) -> dict:
-        """Client c's model options (`Method.client_model`; none: the dataset's model as it is)."""
+        """Client c's model options: those its training needs (`privacy.model_options`: GroupNorm under DP-SGD) and
+        its own (`Method.client_model`); none: the dataset's model as it is."""
         f = METHODS[self.cfg.method].client_model
-        return {} if f is None else f(c["id"])
+        return {**model_options(self.cfg.hparams), **({} if f is None else f(c["id"]))}
 
     def arch(self, c: dict) -> tuple:
         return tuple(sorted(self.model_kwargs(c).items()))
@@ -176,7 +180,7 @@ class ClientGroup:
     @property
     def engine(self) -> str:
         """The engine the group trains with (`auto` resolved for its device)."""
-        return resolve_engine(self.cfg.engine, self.device)
+        return resolve_engine(self.cfg.engine, self.device, self.cfg.hparams)
 
     def describe(self) -> dict:
         """Provenance: this process's machine, the engine it trains with and its clients."""

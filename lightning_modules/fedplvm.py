@@ -18,7 +18,9 @@ The paper's ablations are hyperparameters and registry variants:
 `global_protos` all: every local clustered prototype sent, no global clustering
 (Table 4), `contrast` / `correction` on or off (Table 5); `correction_form` code |
 paper picks the correction term (docs/deviations.md); `clustering` finch | kmeans with
-`kmeans_k` adaptive (FINCH's count) or a number, at both levels (Table 9).
+`kmeans_k` adaptive (FINCH's count) or a number, at both levels (Table 9); Table 11's privacy protection:
+`dp_sgd` (local training by DP-SGD, Opacus, within `dp_epsilon`, `dp_delta` over the run) and `proto_noise`
+(Gaussian noise on the uploaded local clustered prototypes), `lightning_modules/privacy.py`.
 """
 from __future__ import annotations
 
@@ -29,6 +31,7 @@ import torch
 from lightning_modules.base import ClientModule
 from lightning_modules.fedavg import FedAvgServer
 from lightning_modules.losses import alpha_sparsity_loss, correction_loss, paper_correction_loss
+from lightning_modules.privacy import perturb_prototypes
 from lightning_modules.prototypes import by_class, class_cluster_prototypes, cluster_prototypes, mean_prototypes
 from lightning_modules.server import RoundPayload
 
@@ -78,11 +81,17 @@ class FedPLVMClient(ClientModule):
 
     def local_prototypes(self, x=None, y=None, generator=None) -> dict[int, torch.Tensor]:
         """Class -> this client's local prototypes (J x d, CPU) from an eval-mode pass over its training data:
-        FINCH cluster means (`local_protos=cluster`) or the one class mean (`mean`, Table 3's avg)."""
+        FINCH cluster means (`local_protos=cluster`) or the one class mean (`mean`, Table 3's avg); under
+        `proto_noise` (Table 11) perturbed before the upload, the noise drawn from the client's generator."""
         z, y = self.eval_features(x).cpu(), y.cpu()
-        if self.hparams["local_protos"] == "mean":
-            return {int(k): z[y == k].mean(dim=0, keepdim=True) for k in torch.unique(y)}
-        return class_cluster_prototypes(z, y, self.hparams["clustering"], self.hparams["kmeans_k"])
+        hp = self.hparams
+        if hp["local_protos"] == "mean":
+            protos = {int(k): z[y == k].mean(dim=0, keepdim=True) for k in torch.unique(y)}
+        else:
+            protos = class_cluster_prototypes(z, y, hp["clustering"], hp["kmeans_k"])
+        if hp["proto_noise"]:
+            protos = perturb_prototypes(protos, hp["proto_noise_scale"], hp["proto_noise_coefficient"], generator)
+        return protos
 
 
 class FedPLVMServer(FedAvgServer):

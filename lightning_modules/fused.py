@@ -41,6 +41,7 @@ from torch.func import functional_call, vmap
 
 from lightning_modules.base import (ClientModule, NonFiniteLoss, batches, no_training_step, precision_context,
                                     steps_per_epoch)
+from lightning_modules.privacy import FUSED_REFUSAL, private
 
 
 class _Hooks(nn.Module):
@@ -180,6 +181,8 @@ def fit_fused(
     `compile`: the vmapped forward and backward through torch.compile (`compiled_training_losses`).
     Raises FusedNonFiniteLoss naming the first client whose loss was NaN or infinite.
     """
+    if private(module.hparams):
+        raise ValueError(FUSED_REFUSAL)
     k = len(data)
     sizes = [len(y) for _, y in data]
     if drop_last and min(sizes) < batch_size:

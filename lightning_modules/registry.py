@@ -257,6 +257,13 @@ def _check_fedplvm(hp):
     k = hp["kmeans_k"]
     if k != "adaptive" and (isinstance(k, bool) or not isinstance(k, int) or k < 1):
         raise HyperparameterError(f"kmeans_k must be adaptive or an integer >= 1 (got {k!r}).")
+    _boolean("dp_sgd", "proto_noise")(hp)
+    _positive("dp_epsilon", "dp_delta", "dp_max_grad_norm", "proto_noise_scale")(hp)
+    if hp["dp_delta"] >= 1:
+        raise HyperparameterError(f"dp_delta must be a number in (0, 1) (got {hp['dp_delta']!r}).")
+    c = hp["proto_noise_coefficient"]
+    if isinstance(c, bool) or not isinstance(c, (int, float)) or not 0 <= c <= 1:
+        raise HyperparameterError(f"proto_noise_coefficient must be a number in [0, 1] (got {c!r}).")
 
 
 FEDPLVM_DEFAULTS = dict(
@@ -271,6 +278,16 @@ FEDPLVM_DEFAULTS = dict(
     global_protos="cluster",  # Table 3/4: FINCH over the local ones, their "mean", or "all" sent (no global clustering)
     clustering="finch",  # Table 9: both levels' clustering, FINCH or scikit-learn's "kmeans" (random_state 0)
     kmeans_k="adaptive",  # K-Means' K: "adaptive" (as many clusters as FINCH's partition) or a number
+    # Table 11 (lightning_modules/privacy.py, dev. 36-37): local training by DP-SGD (Opacus; the model then has
+    # GroupNorm for BatchNorm), the noise multiplier from Opacus's accountant for (dp_epsilon, dp_delta) over the run
+    dp_sgd=False,
+    dp_epsilon=4.0,
+    dp_delta=1e-5,
+    dp_max_grad_norm=1.0,  # DP-SGD's per-sample clipping bound C (the paper states none: Opacus's usual 1.0)
+    # Table 11: each uploaded local prototype P as (1 - coefficient) P + N(0, scale^2) (FedPCL's add_noise_proto)
+    proto_noise=False,
+    proto_noise_scale=0.05,  # the paper's scale s
+    proto_noise_coefficient=0.1,  # the paper's perturbation coefficient p
 )
 
 
@@ -294,6 +311,11 @@ fedplvm_variant("fedplvm_kmeans_adaptive", "Table 9: K-Means at both levels, K =
                 clustering="kmeans", kmeans_k="adaptive")
 fedplvm_variant("fedplvm_kmeans2", "Table 9: K-Means at both levels, K = 2", clustering="kmeans", kmeans_k=2)
 fedplvm_variant("fedplvm_kmeans5", "Table 9: K-Means at both levels, K = 5", clustering="kmeans", kmeans_k=5)
+fedplvm_variant("fedplvm_dp_both", "Table 11 w/ w/: DP-SGD local training and noisy local prototypes",
+                dp_sgd=True, proto_noise=True)
+fedplvm_variant("fedplvm_dp_model", "Table 11 w/ w/o: DP-SGD local training (epsilon 4, delta 1e-5)", dp_sgd=True)
+fedplvm_variant("fedplvm_dp_protos", "Table 11 w/o w/: Gaussian noise on the local prototypes (s 0.05, p 0.1)",
+                proto_noise=True)
 
 
 def _check_fedfa(hp):

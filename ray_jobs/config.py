@@ -21,6 +21,7 @@ from benchmark.protocols import (AGGREGATIONS, CLIENT_INITS, DATASET_SPECS, DEFA
                                  RANDOM_SPLIT, SPLITS, ConfigError, DatasetSpec, reference_random_split)
 from benchmark.results import LAST_K
 from lightning_modules.clients import ENGINES
+from lightning_modules.privacy import FUSED_REFUSAL, private
 from lightning_modules.registry import METHODS
 
 DEVICES = ("auto", "cpu", "cuda")  # --device (auto: cuda when the process sees a GPU)
@@ -61,7 +62,7 @@ class RunConfig:
     device: str = "auto"  # auto: cuda when the process sees a GPU
     actor_restarts: int = 3  # restarts of one client actor in a run before the run stops (docs/reliability.md)
     checkpoint_every: int = 1  # rounds between the run folder's checkpoints (docs/reliability.md)
-    engine: str = "auto"  # client training: sequential | fused | auto (sequential on CPU, fused on CUDA)
+    engine: str = "auto"  # client training: sequential | fused | auto (sequential on CPU and under DP-SGD, fused on CUDA)
     precision: str = "32-true"  # 32-true | bf16-mixed (autocast for training and evaluation)
     compile: bool = False  # the fused engine's step through torch.compile (not part of the protocol: same training)
     data_root: str | None = None
@@ -153,6 +154,8 @@ class RunConfig:
             raise ConfigError(f"unknown hyperparameter(s) {unknown_hp} for {self.method}; it takes: {known}.")
         set_("hparams", {**spec.defaults, **self.hparams})
         spec.validate(self.hparams)
+        if self.engine == "fused" and private(self.hparams):
+            raise ConfigError(FUSED_REFUSAL)
         if spec.client_model is not None and self.dataset_spec.model != "cnn_mnist":
             raise ConfigError(f"{self.method} varies the MNIST CNN's conv2 width per client; use --preset "
                               f"fedproto-mnist-n3 (or -n4, -n5), not {self.dataset} ({self.dataset_spec.model}).")

@@ -28,6 +28,7 @@ from benchmark.models import build_model
 from benchmark.provenance import describe_process
 from lightning_modules.base import own_initialisation, precision_context
 from lightning_modules.clients import aggregation_weight, resolve_device
+from lightning_modules.privacy import model_options
 from lightning_modules.prototypes import per_class_count
 from lightning_modules.registry import METHODS
 from lightning_modules.server import State, accumulate, cast_like, weighted_mean
@@ -67,7 +68,8 @@ class Driver:
         self.device = resolve_device(cfg.device, cfg.driver_gpus if cfg.executor == "ray" else None)
         spec = cfg.dataset_spec
         torch.manual_seed(cfg.seed)  # one initialisation for every client
-        model = build_model(spec.model, spec.num_classes)
+        self.model_options = model_options(cfg.hparams)  # (GroupNorm under DP-SGD)
+        model = build_model(spec.model, spec.num_classes, **self.model_options)
         self.rule = METHODS[cfg.method].server(
             cfg.hparams, num_classes=spec.num_classes, feature_dim=model.feature_dim, rounds=cfg.rounds,
             param_keys=[k for k, _ in model.named_parameters()],
@@ -102,7 +104,8 @@ class Driver:
         acc, total = None, 0.0
         for c in self.clients:
             w = aggregation_weight(self.cfg, self.rule, c["num_samples"])
-            acc = accumulate(acc, own_initialisation(type(self.model), self.model.num_classes, self.cfg.seed, c["id"]), w)
+            acc = accumulate(acc, own_initialisation(type(self.model), self.model.num_classes, self.cfg.seed, c["id"],
+                                                     **self.model_options), w)
             total += w
         return cast_like({k: v / total for k, v in acc.items()}, self.global_state)
 

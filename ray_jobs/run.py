@@ -28,6 +28,7 @@ from benchmark.partition import plan_clients
 from benchmark.protocols import PRESETS, ConfigError
 from benchmark.provenance import run_provenance
 from benchmark.results import Recorder, protocol
+from lightning_modules.privacy import model_options
 from lightning_modules.registry import METHODS, HyperparameterError
 from ray_jobs.config import RunConfig
 from ray_jobs.progress import RunProgress
@@ -284,6 +285,7 @@ def run(cfg: RunConfig, quiet: bool = False, resume: bool = False,
               flush=True)
     first = 0 if start is None else start["round"] + 1
     record_cfg = {**cfg.to_dict(), "run_name": cfg.run_name, "dropped_domains": cfg.dropped_domains,
+                  "model_options": model_options(cfg.hparams),
                   "data_root": str(root), "out": str(out), "resumed_after_round": None if start is None else start["round"]}
     from ray_jobs.driver import Driver
 

@@ -134,9 +134,14 @@ TABLES["fedplvm10"] = Table("FedPLVM Table 10 (unbalanced clients: MNIST 1, SVHN
                             [(m, "fedplvm-digit5") for m in paper.FEDPLVM_TABLE10], paper.FEDPLVM_TABLE10, **_FEDPLVM,
                             config=dict(split="unbalanced"), smoke_methods=("fedplvm",),
                             client_avg=paper.FEDPLVM_TABLE10_CLIENT_AVG)
+# Table 11 (appendix G): DP-SGD local training and/or noisy local prototypes (w/o w/o: Table 1's run); DP-SGD runs
+# under the sequential engine (auto picks it); smoke: both protections at once, every code path of the other rows
+TABLES["fedplvm11"] = Table("FedPLVM Table 11 (privacy: DP-SGD local model / Gaussian noise on the local prototypes)",
+                            [(m, "fedplvm-digit5") for m in paper.FEDPLVM_TABLE11], paper.FEDPLVM_TABLE11,
+                            **_FEDPLVM, smoke_methods=("fedplvm_dp_both",))
 # a name for several tables swept together (runs they share run once): make table-fedplvm
 GROUPS: dict[str, tuple[str, ...]] = {"fedplvm": ("fedplvm12", "fedplvm3", "fedplvm4", "fedplvm5", "fedplvm78",
-                                                  "fedplvm9", "fedplvm10", "fedplvm_t12")}
+                                                  "fedplvm9", "fedplvm10", "fedplvm11", "fedplvm_t12")}
 
 
 # What we know of why our numbers differ from a paper's: (table, dataset, method, domain) -> a note, "*" for any;

@@ -83,9 +83,9 @@ def test_ablation_tables_and_the_shared_run(smoke, data_root):
         df = pd.read_csv(smoke / f"tablefedplvm{t}.csv")
         assert list(dict.fromkeys(df.method)) == methods and df.paper.isna().all()
         assert "The paper gives only an AVG over all of its domains" in (smoke / f"tablefedplvm{t}.md").read_text()
-    # every ablation's FedPLVM row is the one Digit-5 run of Tables 1-2; 20 distinct runs in all
+    # every ablation's FedPLVM row is the one Digit-5 run of Tables 1-2; 26 distinct runs in all
     names = sorted(p.name for p in (smoke / "runs").iterdir())
-    assert len(names) == 25 and names.count("fedplvm-digit5-no_svhn_syn_mnistm-default-seed0") == 1
+    assert len(names) == 26 and names.count("fedplvm-digit5-no_svhn_syn_mnistm-default-seed0") == 1
     v = summary(smoke, "fedplvm-digit5-no_svhn_syn_mnistm-default-seed0")["final"]["AVG"]
     for t in ("3", "4", "5"):
         df = pd.read_csv(smoke / f"tablefedplvm{t}.csv")
@@ -95,7 +95,7 @@ def test_ablation_tables_and_the_shared_run(smoke, data_root):
                                                               for m in ("fedplvm", "fedplvm_no_global_clustering")}
     # resumable: a second sweep of the group runs nothing
     runs = {r.out: r for t in GROUPS["fedplvm"] for r in plan(t, "smoke", DOMAINS.split(","), smoke, str(data_root))}
-    assert len(runs) == 25 and execute(list(runs.values()), None) == []
+    assert len(runs) == 26 and execute(list(runs.values()), None) == []
 
 
 def test_tables_7_and_8_label_skew(smoke):
@@ -157,6 +157,21 @@ def test_table10_unbalanced_clients(smoke):
     ours = (final["mnist"] + 2 * final["usps"]) / 3
     assert f"| fedplvm | 3 | {ours:.2f} | {(90.90 + 2 * 85.92) / 3:.2f} | {final['AVG']:.2f} | {(90.90 + 85.92) / 2:.2f} |" in md
     assert "the paper's Avg in this table" in md and "svhn's 4 clients" in md and "no test set are available offline" in md
+
+
+def test_table11_privacy(smoke):
+    """Table 11 at the smoke profile: DP-SGD and prototype noise together (the other two rows: one of the two each),
+    under the sequential engine (auto on the CPU), the model with GroupNorm; compared with the paper's w/ w/."""
+    df = pd.read_csv(smoke / "tablefedplvm11.csv")
+    assert list(dict.fromkeys(df.method)) == ["fedplvm_dp_both"]
+    row = df[df.domain == "mnist"].iloc[0]
+    assert row["paper"] == 89.74
+    name = "fedplvm_dp_both-digit5-no_svhn_syn_mnistm-default-seed0"
+    cfg = json.loads((smoke / "runs" / name / "config.json").read_text())
+    assert cfg["hparams"]["dp_sgd"] and cfg["hparams"]["proto_noise"] and cfg["model_options"] == {"norm": "group"}
+    assert {a["engine"] for a in cfg["provenance"]["actors"]} == {"sequential"}
+    assert row["ours_mean"] == pytest.approx(summary(smoke, name)["final"]["mnist"], abs=1e-4)
+    assert paper.FEDPLVM_TABLE11["fedplvm_dp_protos"]["digit5"]["AVG"] == 68.48
 
 
 def test_table4_prototypes_received_per_round(smoke):

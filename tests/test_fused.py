@@ -20,6 +20,7 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
+from tiny_net import TinyNet
 from torch import nn
 
 from benchmark.data import to_tensor_images
@@ -34,14 +35,15 @@ from lightning_modules.registry import METHODS
 from lightning_modules.server import weighted_mean
 from ray_jobs.config import RunConfig
 
-from tiny_net import TinyNet
-
 SIZES = {0: 10, 1: 7, 2: 10, 3: 5, 4: 7}  # client id -> samples: 2 of 10, 2 of 7, 1 of 5 (batches of 4)
 # FedPLVM's variants that change only how prototypes are clustered (Tables 9 and 12: K-Means, cluster/avg), outside
 # the engines: their training path is fedplvm's and its Table 3 variants' (CI time)
-CLUSTERING_ONLY = {"fedplvm_kmeans_adaptive", "fedplvm_kmeans2", "fedplvm_kmeans5", "fedplvm_cluster_avg"}
+# Table 11's prototype noise likewise (after the training, from the client's generator: tests/test_privacy.py); its
+# DP-SGD variants run under the sequential engine alone (the fused one refuses them: tests/test_privacy.py)
+CLUSTERING_ONLY = {"fedplvm_kmeans_adaptive", "fedplvm_kmeans2", "fedplvm_kmeans5", "fedplvm_cluster_avg",
+                   "fedplvm_dp_protos"}
 ONE_MODEL = sorted(m for m in METHODS if METHODS[m].client_model is None  # TinyNet: one model for every client
-                   and m not in CLUSTERING_ONLY)
+                   and m not in CLUSTERING_ONLY and not METHODS[m].defaults.get("dp_sgd"))
 
 
 @pytest.fixture(scope="module")
