@@ -121,6 +121,47 @@ def plot_curves(run_dirs, stem: Path, title: str = "", formats=FORMATS) -> pd.Da
     return data
 
 
+# --------------------------------------------------------------------------- local prototypes per class
+
+def local_prototype_data(run_dirs) -> pd.DataFrame:
+    """Per dataset, domain and round (1-based): the mean over the domain's clients and the runs' seeds of the
+    prototypes a client uploads per class it holds (metrics.jsonl's `local_prototypes_per_class`)."""
+    rows = []
+    for run_dir in run_dirs:
+        cfg = _config(run_dir)
+        domain = {str(c["id"]): c["domain"] for c in json.loads((Path(run_dir) / "summary.json").read_text())["clients"]}
+        for rec in read_jsonl(Path(run_dir) / "metrics.jsonl"):
+            for cid, n in rec.get("local_prototypes_per_class", {}).items():
+                rows.append({"dataset": cfg["dataset"], "domain": domain[cid], "seed": cfg["seed"],
+                             "round": rec["round"] + 1, "count": n})
+    if not rows:
+        raise FigureError(f"no local prototype count recorded in {', '.join(str(d) for d in run_dirs)} (runs made "
+                          "before 2026-11-24 do not record it: run them again).")
+    return pd.DataFrame(rows).groupby(["dataset", "domain", "round"], sort=False)["count"].mean().reset_index()
+
+
+def plot_local_prototypes(run_dirs, stem: Path, title: str = "", formats=FORMATS) -> pd.DataFrame:
+    """FedPLVM's Figure 9: the mean number of local clustered prototypes per class over rounds, a line per domain,
+    a panel per dataset. Returns `local_prototype_data`."""
+    data = local_prototype_data(run_dirs)
+    datasets = list(dict.fromkeys(data.dataset))
+    fig = Figure(figsize=(4.2 * len(datasets), 3.2), layout="constrained")
+    for ax, ds in zip(fig.subplots(1, len(datasets), squeeze=False)[0], datasets):
+        sub = data[data.dataset == ds]
+        for marker, dom in zip(MARKERS, dict.fromkeys(sub.domain)):
+            line = sub[sub.domain == dom]
+            ax.plot(line["round"], line["count"], marker=marker, markevery=max(1, len(line) // 10), label=dom)
+        ax.set_title(ds, fontsize=10)
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+        ax.set_xlabel("round")
+        ax.set_ylabel("local prototypes per class")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8)
+    fig.suptitle(title or "local clustered prototypes per class (mean over the domain's clients and seeds)", fontsize=11)
+    _save(fig, stem, formats)
+    return data
+
+
 # --------------------------------------------------------------------------- per-domain bars
 
 def bar_data(run_dirs, reference: dict | None, metric: str = "last5") -> pd.DataFrame:

@@ -25,6 +25,12 @@ def by_class(client_protos: dict[int, dict[int, torch.Tensor]]) -> dict[int, tor
     return {k: torch.cat(grouped[k]) for k in sorted(grouped)}
 
 
+def per_class_count(protos: dict[int, torch.Tensor]) -> float:
+    """The mean over a client's classes of the prototypes it uploads for each (1 for a class mean, J for FedPLVM's
+    J local clustered prototypes): FedPLVM's Figure 9."""
+    return float(np.mean([v.reshape(-1, v.shape[-1]).shape[0] for v in protos.values()])) if protos else 0.0
+
+
 def mean_prototypes(client_protos: dict, num_classes: int, dim: int) -> torch.Tensor:
     """Global prototypes: per class, the unweighted mean over the clients that hold it.
 

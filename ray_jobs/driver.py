@@ -28,6 +28,7 @@ from benchmark.models import build_model
 from benchmark.provenance import describe_process
 from lightning_modules.base import own_initialisation, precision_context
 from lightning_modules.clients import aggregation_weight, resolve_device
+from lightning_modules.prototypes import per_class_count
 from lightning_modules.registry import METHODS
 from lightning_modules.server import State, accumulate, cast_like, weighted_mean
 from ray_jobs.config import RunConfig
@@ -186,6 +187,9 @@ class Driver:
             "notes": notes,  # printed by the entry point, not recorded in metrics.jsonl
             "round": r,
             **({} if received is None else {"prototypes_received": received}),
+            # prototypes a client uploads per class it holds, when prototypes travel (FedPLVM's Figure 9)
+            **({} if self.payload is None else
+               {"local_prototypes_per_class": {str(c): per_class_count(protos[c]) for c in sorted(protos)}}),
             "evaluated": acc is not None,
             **({} if acc is None else {"accuracy": acc}),
             **({} if per_client is None else {"client_accuracy": client_accuracies(per_client)}),

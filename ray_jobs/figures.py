@@ -8,13 +8,14 @@ The plots themselves are `benchmark.figures`'; this module knows the tables (the
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from pathlib import Path
 
 from benchmark.data import DataError
 from benchmark.figures import (DEMO_RUNS, FORMATS, FigureError, demo_figures, fedproto_figures, plot_bars, plot_curves,
-                               plot_tsne)
-from benchmark.results import MODEL_FILE
+                               plot_local_prototypes, plot_tsne)
+from benchmark.results import MODEL_FILE, read_jsonl
 from ray_jobs.tables import METRICS, TABLES, make_target
 
 RUNS_LINE = "Runs: "  # the last line of a table report (ray_jobs.report) lists its runs
@@ -31,7 +32,16 @@ def table_figures(table: str, run_dirs, out_dir: Path, title: str = "") -> dict:
     bars = plot_bars(run_dirs, spec.paper, out_dir / "bars",
                      f"{title}: {METRICS[spec.metric]}, ours (solid, ± std) beside the paper (hatched)", metric=spec.metric)
     files = [out_dir / f"{n}.{f}" for n in ("curves", "bars") for f in FORMATS]
-    return {"curves": curves, "bars": bars, "files": files}
+    out = {"curves": curves, "bars": bars}
+    counted = [d for d in run_dirs if spec.prototype_count_figure
+               and json.loads((Path(d) / "config.json").read_text())["method"] == spec.prototype_count_figure
+               and "local_prototypes_per_class" in read_jsonl(Path(d) / "metrics.jsonl")[-1]]
+    if counted:  # FedPLVM's Figure 9 (runs made before 2026-11-24 do not record the counts)
+        out["local_prototypes"] = plot_local_prototypes(
+            counted, out_dir / "local_prototypes", f"{title}: {spec.prototype_count_figure}'s local clustered "
+            "prototypes per class over rounds (mean over the domain's clients and seeds)")
+        files += [out_dir / f"local_prototypes.{f}" for f in FORMATS]
+    return {**out, "files": files}
 
 
 def regenerate(results_dirs) -> list[Path]:

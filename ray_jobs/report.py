@@ -195,6 +195,10 @@ def report(table: str, profile: str, runs: list[RunConfig], results_dir: Path) -
     lines += [f"Figures: accuracy over rounds per method, mean over seeds with a ± std band ([SVG]({rel}/curves.svg)); "
               f"per-domain accuracy ({METRICS[spec.metric]}) beside the paper's ([SVG]({rel}/bars.svg)).", "",
               f"![accuracy over rounds]({rel}/curves.png)", "", f"![per-domain accuracy beside the paper]({rel}/bars.png)", ""]
+    if "local_prototypes" in figs:
+        lines += [f"Figure 9 of FedPLVM: {spec.prototype_count_figure}'s local clustered prototypes per class over "
+                  f"rounds, per domain ([SVG]({rel}/local_prototypes.svg)).", "",
+                  f"![local prototypes per class]({rel}/local_prototypes.png)", ""]
     lines += [RUNS_LINE + ", ".join(sorted({c.run_name for c in runs})), ""]
     provs = [json.loads((Path(c.out) / "config.json").read_text()).get("provenance") for c in runs]
     lines += [f"Code: commit {' | '.join(sorted({commit_label(p) for p in provs}))}. "

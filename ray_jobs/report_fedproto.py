@@ -23,6 +23,7 @@ from benchmark import paper
 from benchmark.results import atomic_write, read_jsonl, read_summary, run_complete
 from ray_jobs.config import RunConfig
 from ray_jobs.figures import RUNS_LINE, table_figures
+from ray_jobs.run import RunError
 from ray_jobs.tables import TABLES
 
 WAYS = [3, 4, 5]
@@ -65,8 +66,12 @@ def paper_value(method: str, rule: str, stdev: int, ways: int) -> tuple[float | 
 
 def report(profile: str, runs: list[RunConfig], results_dir: Path) -> tuple[pd.DataFrame, dict]:
     """results_dir/tablefedproto.md and .csv, and the accuracy curves (figures/tablefedproto/); returns the
-    report's rows and the figures (`figures.fedproto_figures`). Of `runs`, those complete (a partial sweep)."""
+    report's rows and the figures (`figures.fedproto_figures`). Every row of `runs` (the table's plan) has a line;
+    the cells of runs not complete say "not run" beside the paper's value."""
+    planned = {(c.method, c.ways_stdev) for c in runs}  # every row the table plans has a line, run or not
     runs = [c for c in runs if run_complete(c)]
+    if not runs:
+        raise RunError("no complete run of table fedproto to report; run its sweep first (make table-fedproto).")
     df = collect(runs)
     agg = df.groupby(["method", "rule", "stdev", "ways"], sort=False).agg(
         ours=("acc", "mean"), std=("acc", "std"), seeds=("acc", "count"), client_std=("client_std", "mean"),
@@ -90,12 +95,15 @@ def report(profile: str, runs: list[RunConfig], results_dir: Path) -> tuple[pd.D
              "| method | stdev | " + " | ".join(f"n = {w}" for w in WAYS)
              + " | client std (n = 3/4/5) | params/round (paper) | flag |", "|" + "---|" * (len(WAYS) + 5)]
     csv_rows = []
-    for (method, rule, stdev), sub in agg.groupby(["method", "rule", "stdev"], sort=False):
-        sub = sub.set_index("ways")
+    groups = dict(iter(agg.groupby(["method", "rule", "stdev"], sort=False)))
+    for method, rule, stdev in [(m, r, sd) for sd in STDEVS for m in paper.FEDPROTO_TABLE[sd] if (m, sd) in planned
+                                for r in (("prototype", "classifier") if m in FEDPROTO_METHODS else ("classifier",))]:
+        sub = groups.get((method, rule, stdev), agg.iloc[:0]).set_index("ways")
         cells, flag = [label(method, rule), str(stdev)], False
         for w in WAYS:
-            if w not in sub.index:  # a partial sweep
-                cells.append("not run")
+            if w not in sub.index:  # not run yet: the paper's value beside it
+                pv = paper_value(method, rule, stdev, w)[0]
+                cells.append("not run" + ("" if pv is None else f" ({pv:.2f})"))
                 continue
             ours, std = sub.loc[w, "ours"], sub.loc[w, "std"]
             pv, pstd = paper_value(method, rule, stdev, w)

@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from collections import Counter
 from pathlib import Path
 
 import numpy as np
@@ -63,14 +64,18 @@ def provenance_line(runs, table: str, domains: list[str] | None) -> str:
     wall = [read_summary(d)["wall_time_s"] for d in dirs]
     asked = [d for d in domains or [] if any(d in c.domains for c in runs)]
     cfgs = [json.loads((d / "config.json").read_text()) for d in dirs]
-    made = {var: {c.get(key, default) for c in cfgs} for var, key, default in
-            (("EXECUTOR", "executor", "ray"), ("ENGINE", "engine", "auto"), ("PRECISION", "precision", "32-true"))}
-    cmd = (f"make {make_target(table)}" + (f" DOMAINS={','.join(asked)}" if asked else "")
-           + "".join(f" {var}={v.pop()}" for var, v in made.items()
-                     if len(v) == 1 and next(iter(v)) not in ("ray", "auto", "32-true")))
+    cmd, differ = f"make {make_target(table)}" + (f" DOMAINS={','.join(asked)}" if asked else ""), []
+    for var, key, default in (("EXECUTOR", "executor", "ray"), ("ENGINE", "engine", "auto"),
+                              ("PRECISION", "precision", "32-true")):
+        made = [(c["method"], c.get(key, default)) for c in cfgs]
+        most = Counter(v for _, v in made).most_common(1)[0][0]  # the command's; the runs that differ named after it
+        cmd += f" {var}={most}" if most != default else ""
+        differ += [f"{var}={v} for {', '.join(sorted({m for m, w in made if w == v}))}"
+                   for v in sorted({v for _, v in made} - {most})]
     return (f"{len(runs)} runs, {', '.join(dates)}; {'; '.join(hw)}; wall time per run {min(wall) / 60:.1f} to "
             f"{max(wall) / 60:.1f} min" + (" (some shared the GPU with other runs)" if shared else "")
-            + f"; `{cmd}`; report: [results/{report_name(table)}.md](results/{report_name(table)}.md).")
+            + f"; `{cmd}`" + (f" ({'; '.join(differ)})" if differ else "")
+            + f"; report: [results/{report_name(table)}.md](results/{report_name(table)}.md).")
 
 
 def tau(ours: dict[str, float], theirs: dict[str, float]) -> str:

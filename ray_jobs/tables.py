@@ -36,6 +36,8 @@ class Table:
     communication: bool = False  # the report adds what a client uploads and receives per round
     not_implemented: tuple[str, ...] = ()  # the paper's rows no method here runs: shown with the paper's values
     prototypes_received: bool = False  # also report the prototypes a client receives per round (FedPLVM Table 4)
+    # a figure of this method's local prototypes per class over rounds, per domain (FedPLVM's Figure 9)
+    prototype_count_figure: str | None = None
     # also report the mean over clients (each domain weighted by its clients) beside these paper values (FedPLVM
     # Table 10's Avg); the AVG column stays the mean over domains
     client_avg: dict | None = None
@@ -86,10 +88,12 @@ TABLES: dict[str, Table] = {
                     [(m, p) for p in ("fedapc-digits", "fedapc-office") for m in paper.FEDAPC], paper.FEDAPC,
                     communication=True),
     # every registered method that is not an ablation variant, read from the registry when the sweep
-    # plans, so a method registered later joins without an edit; the paper values are FPL's Table 2
+    # plans, so a method registered later joins without an edit; the paper values are FPL's Table 2; smoke: Table
+    # 2's methods (their runs shared with Table 2's smoke sweep) and one of each other kind of communication (none,
+    # prototypes only, FedAPC's); every method's own test runs it end to end
     "all": Table("Every method under FPL's protocol (paper values: FPL's Table 2)",
                  lambda: _fpl_rows([m for m, spec in METHODS.items() if spec.variant_of is None]), paper.TABLE2,
-                 communication=True),
+                 communication=True, smoke_methods=(*TABLE2_METHODS, "local", "fedproto_orig", "fedapc")),
 }
 
 FEDPLVM_PRESETS = ("fedplvm-digit5", "fedplvm-office10")
@@ -99,7 +103,8 @@ FEDPLVM_PRESETS = ("fedplvm-digit5", "fedplvm-office10")
 _FEDPLVM = dict(metric="final", seeds=(0, 1, 2), smoke=dict(client_fraction=0.4))
 TABLES |= {
     "fedplvm12": Table("FedPLVM Tables 1 (Digit-5) and 2 (Office-10)",
-                       [(m, p) for p in FEDPLVM_PRESETS for m in paper.FEDPLVM_TABLE12], paper.FEDPLVM_TABLE12, **_FEDPLVM),
+                       [(m, p) for p in FEDPLVM_PRESETS for m in paper.FEDPLVM_TABLE12], paper.FEDPLVM_TABLE12,
+                       prototype_count_figure="fedplvm", **_FEDPLVM),
     "fedplvm3": Table("FedPLVM Table 3 (prototype generation, local / global: avg/avg, avg/cluster, cluster/cluster)",
                       [(m, "fedplvm-digit5") for m in paper.FEDPLVM_TABLE3], paper.FEDPLVM_TABLE3, **_FEDPLVM),
     "fedplvm4": Table("FedPLVM Table 4 (without / with global clustering)",

@@ -175,3 +175,24 @@ def test_table4_prototypes_received_per_round(smoke):
 def test_make_targets():
     assert make_target("2") == "table2" and make_target("fedplvm4") == "table-fedplvm"
     assert set(GROUPS["fedplvm"]) <= set(TABLES)
+
+
+def test_figure_9_local_prototypes_per_class_from_what_each_client_uploaded(smoke):
+    """Each round records, per client, the prototypes it uploads per class it holds: for FedPLVM the count of its
+    uploaded prototype floats over (feature width x its 10 classes), for FPL's class means exactly 1; Table 1's
+    report draws FedPLVM's counts per domain over rounds (its Figure 9)."""
+    from benchmark.models import MODELS
+
+    dim = MODELS["resnet10_plvm"].feature_dim
+    for m, expect_one in (("fedplvm", False), ("fpl", True)):
+        recs = read_jsonl(smoke / "runs" / f"{m}-digit5-no_svhn_syn_mnistm-default-seed0" / "metrics.jsonl")
+        for rec in recs:
+            counts, comm = rec["local_prototypes_per_class"], rec["communication"]["per_client"]
+            assert sorted(counts) == sorted(comm) == ["0", "1"]
+            for cid, n in counts.items():
+                assert n == (1.0 if expect_one else comm[cid]["up_prototypes"] / (dim * 10))
+                assert n >= 1
+    md = (smoke / "tablefedplvm12.md").read_text()
+    assert "![local prototypes per class](figures/tablefedplvm12/local_prototypes.png)" in md
+    assert (smoke / "figures" / "tablefedplvm12" / "local_prototypes.svg").exists()
+    assert "local_prototypes.png" not in (smoke / "tablefedplvm3.md").read_text()  # Table 1's figure only

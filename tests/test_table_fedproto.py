@@ -108,3 +108,23 @@ def test_rerun_runs_nothing(smoke, data_root):
     assert len(runs) == 48
     assert {c.preset for c in runs} == {f"fedproto-mnist-n{n}{s}" for n in (3, 4, 5) for s in ("", "-s3")}
     assert execute(runs, None) == []
+
+
+def test_a_partial_report_lists_every_planned_row_with_the_paper_beside_what_did_not_run(smoke, data_root, tmp_path):
+    """Two runs' summaries removed from a copy: their cells say "not run" beside the paper's value (none for
+    FedProto's classifier rows), every other cell and every row of the plan are still there."""
+    import shutil
+
+    copy = tmp_path / "partial"
+    shutil.copytree(smoke, copy, ignore=shutil.ignore_patterns("wandb"))
+    (copy / "runs" / "fedper-mnist-4way-s3-seed0" / "summary.json").unlink()
+    (copy / "runs" / "fedproto_orig-mnist-5way-seed0" / "summary.json").unlink()
+    assert main([*ARGS, "--results-dir", str(copy), "--data-root", str(data_root), "--report-only"]) == 0
+    lines = {tuple(c.strip() for c in line.split("|")[1:3]): line.split("|")[3:6]
+             for line in (copy / "tablefedproto.md").read_text().splitlines() if line.startswith("| ")}
+    assert len(lines) == 1 + 2 * (6 + 2 * 2)  # the header and (6 methods + FedProto's 2 x 2 rules) per stdev
+    assert lines[("fedper", "3")][1].strip() == "not run (95.93)"
+    assert lines[("fedproto_orig", "2")][2].strip() == "not run (96.70)"
+    assert lines[("fedproto_orig (classifier)", "2")][2].strip() == "not run"
+    assert lines[("fedper", "3")][0].strip().startswith("not run") is False
+    assert len(pd.read_csv(copy / "tablefedproto.csv")) == 60 - 1 - 2
