@@ -36,7 +36,8 @@ DATASETS: dict[str, dict[str, tuple[str, str | None]]] = {
         "webcam": ("office_caltech10/webcam", None),
         "dslr": ("office_caltech10/dslr", None),
     },
-    # FedPLVM's Digit-5 and Office-10 (PROTOCOL.md section 2): the same archives, its domain order
+    # FedPLVM's Digit-5 and Office-10 (PROTOCOL.md section 2): the same archives, its domain order (Digit-5's pooled
+    # and split again as FedBN's files: TWO_ARCHIVE_SPLIT)
     "digit5": {
         "mnist": ("digits/mnist_train", "digits/mnist_test"),
         "svhn": ("digits/svhn_train", "digits/svhn_test"),
@@ -217,7 +218,8 @@ def shuffled_split(labels: np.ndarray, test_size: float = 0.2, seed: int = 0) ->
     """A stratified shuffled train/test split, both in shuffled order (scikit-learn's StratifiedShuffleSplit, one
     fixed draw whatever the run's seed): FedPLVM's Office-10 reads FedBN's per-domain train and test files, an
     about 4:1 split that is not by file order; its clients then take the first 10 of each class of the train file,
-    so of the shuffled order here (docs/deviations.md, 29)."""
+    so of the shuffled order here (docs/deviations.md, 29). FedBN made its Digits files with this very call on each
+    dataset's pooled labels (`pooled_split`, docs/deviations.md, 19)."""
     from sklearn.model_selection import StratifiedShuffleSplit
 
     return next(StratifiedShuffleSplit(n_splits=1, test_size=test_size, random_state=seed).split(labels, labels))
@@ -225,6 +227,23 @@ def shuffled_split(labels: np.ndarray, test_size: float = 0.2, seed: int = 0) ->
 
 # how a dataset whose domains have one archive (Office) splits it into train and test
 ONE_ARCHIVE_SPLIT = {"office_caltech": "position", "office10": "shuffled"}
+# how a dataset whose domains have a train and a test archive makes its train and test sets when not as the archives
+# are: "pooled" = FedBN's Digits files, which FedPLVM reads (its utils/dataset.py; docs/deviations.md, 19): the train
+# archive then the test archive pooled, one `shuffled_split` of the pooled labels (FedBN's utils/data_preprocess.py,
+# `stratified_split` in each `process_*`), the train part cut to the first `FEDBN_TRAIN_READ`. A run records it
+# (`RunConfig.data_split`, a protocol key): runs made before it existed used the archives as they are.
+TWO_ARCHIVE_SPLIT = {"digit5": "pooled"}
+# FedBN's `split` cuts a train part into ten partitions of 743.8 images (`train_part{0..9}.pkl`, the first
+# int(743.8 * 10) of its shuffled order) and FedPLVM's default `--percent 1` reads and concatenates all ten: a
+# domain's training set is that prefix (the whole train part of USPS, the smallest domain)
+FEDBN_TRAIN_READ = int(743.8 * 10)
+
+
+def pooled_split(train_labels: np.ndarray, test_labels: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """FedBN's Digits split as indices into the pool (the train archive, then the test archive): one fixed
+    stratified shuffled 80/20 split of the pooled labels (`shuffled_split`), both parts in shuffled order; the
+    training set FedPLVM reads is the train part's first `FEDBN_TRAIN_READ` (`load_domain`)."""
+    return shuffled_split(np.concatenate([train_labels, test_labels]))
 
 
 def first_per_class(labels: np.ndarray, k) -> np.ndarray:
@@ -238,13 +257,22 @@ def first_per_class(labels: np.ndarray, k) -> np.ndarray:
 def load_domain(root: Path, dataset: str, domain: str, need_test: bool = True, need_train: bool = True,
                 per_class: tuple | None = None) -> Domain:
     """A domain's train and test sets. A domain with one archive (Office) is split by position (`office_split`,
-    FPL's) or by a stratified shuffle (`shuffled_split`, FedPLVM's), as `ONE_ARCHIVE_SPLIT` says. `per_class` =
-    (k_train, k_test) keeps the first k of each class of each set (FedPLVM's protocol); each k a number or one per
-    class (a per-class protocol's several clients, or its Dirichlet label skew: `benchmark.partition.load_counts`)."""
+    FPL's) or by a stratified shuffle (`shuffled_split`, FedPLVM's), as `ONE_ARCHIVE_SPLIT` says; a domain with
+    two is its archives, or their pool split again (`pooled_split`, FedPLVM's Digit-5) as `TWO_ARCHIVE_SPLIT` says,
+    its test set then in shuffled order and its training set the first `FEDBN_TRAIN_READ` of the train part's
+    shuffled order. `per_class` = (k_train, k_test) keeps the first k of each class of each set (FedPLVM's
+    protocol); each k a number or one per class (a per-class protocol's several clients, or its Dirichlet label
+    skew: `benchmark.partition.load_counts`)."""
     train_stem, test_stem = DATASETS[dataset][domain]
     if test_stem is None:  # one archive, split in two
         x, y = load_archive(root, train_stem)
         tr, te = office_split(len(y)) if ONE_ARCHIVE_SPLIT[dataset] == "position" else shuffled_split(y)
+        dom = Domain(domain, x[tr], y[tr], x[te], y[te])
+    elif TWO_ARCHIVE_SPLIT.get(dataset) == "pooled":  # both archives even for one set: the split reads every label
+        (x_tr, y_tr), (x_te, y_te) = load_archive(root, train_stem), load_archive(root, test_stem)
+        tr, te = pooled_split(y_tr, y_te)
+        x, y = np.concatenate([x_tr, x_te]), np.concatenate([y_tr, y_te])
+        tr = tr[:FEDBN_TRAIN_READ]
         dom = Domain(domain, x[tr], y[tr], x[te], y[te])
     else:
         empty = (np.zeros((0, IMAGE_SIZE, IMAGE_SIZE, 3), np.uint8), np.zeros(0, np.int64))

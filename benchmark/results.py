@@ -60,9 +60,10 @@ def summarize(cfg: dict, clients: list[dict], rounds: list[dict]) -> dict:
 
 PROTOCOL_KEYS = ("method", "dataset", "split", "domains", "seed", "rounds", "local_epochs", "batch_size", "lr",
                  "momentum", "weight_decay", "drop_last", "aggregation", "client_init", "hparams", "client_fraction",
-                 "eval_max", "precision", "dirichlet_alpha")
-# keys added since runs were first recorded: a run folder without one ran with its value here
-LATER_KEYS = {"aggregation": "samples", "client_init": "shared", "dirichlet_alpha": None}
+                 "eval_max", "precision", "dirichlet_alpha", "data_split")
+# keys added since runs were first recorded: a run folder without one ran with its value here (data_split None: the
+# archives' own train and test sets, as digit5 had them until 2026-11-24)
+LATER_KEYS = {"aggregation": "samples", "client_init": "shared", "dirichlet_alpha": None, "data_split": None}
 
 
 def protocol(cfg) -> dict:

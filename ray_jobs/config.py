@@ -15,7 +15,7 @@ import json
 import math
 from dataclasses import dataclass, field
 
-from benchmark.data import DATASETS
+from benchmark.data import DATASETS, TWO_ARCHIVE_SPLIT
 from benchmark.partition import LabelSkew, load_counts
 from benchmark.protocols import (AGGREGATIONS, CLIENT_INITS, DATASET_SPECS, DEFAULT_SPLIT, PRECISIONS, PRESETS,
                                  RANDOM_SPLIT, SPLITS, ConfigError, DatasetSpec, reference_random_split)
@@ -73,6 +73,10 @@ class RunConfig:
     # test-only fault injection, never set by the command line: {"nan_loss": [round, client id]} starts that
     # client's training in that round from NaN weights (tests/test_reliability.py)
     test_faults: dict = field(default_factory=dict)
+    # how the dataset's train and test sets are made when not as its archives are (`benchmark.data.TWO_ARCHIVE_SPLIT`:
+    # "pooled" for digit5, FedBN's re-split; None otherwise); set from the dataset, never given; a protocol key, so a
+    # run recorded before digit5's re-split (no such key: None) is not taken for one made after
+    data_split: str | None = field(default=None, init=False)
 
     @classmethod
     def from_preset(cls, preset: str, /, **overrides) -> RunConfig:
@@ -87,6 +91,7 @@ class RunConfig:
         if self.dataset not in DATASETS:
             raise ConfigError(f"unknown dataset {self.dataset!r}; choose one of: {', '.join(DATASETS)}.")
         set_ = lambda name, value: object.__setattr__(self, name, value)  # noqa: E731 (frozen)
+        set_("data_split", TWO_ARCHIVE_SPLIT.get(self.dataset))
         if self.split is None:
             set_("split", DEFAULT_SPLIT[self.dataset])
         splits = [*SPLITS[self.dataset]] + ([] if self.dataset_spec.ways else [RANDOM_SPLIT])

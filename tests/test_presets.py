@@ -40,7 +40,8 @@ def test_digit5_clients_and_test_sets_on_the_real_data(data_root):
     for c in clients:
         dom = load_domain(data_root, "digit5", c["domain"], per_class=spec.per_class)
         full = load_domain(data_root, "digit5", c["domain"])
-        # train: the first 10 of each class of the training archive, in order; test: the first 100 of each class
+        # train: the first 10 of each class of the domain's training set (FedBN's re-split of the pooled archives,
+        # tests/test_digit5_split.py), in its order; test: the first 100 of each class of its test part
         assert np.array_equal(dom.train_y, full.train_y[_first_k_by_loop(full.train_y, 10)])
         assert np.array_equal(dom.train_x, full.train_x[_first_k_by_loop(full.train_y, 10)])
         assert np.array_equal(dom.test_y, full.test_y[_first_k_by_loop(full.test_y, 100)])
