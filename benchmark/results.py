@@ -60,9 +60,9 @@ def summarize(cfg: dict, clients: list[dict], rounds: list[dict]) -> dict:
 
 PROTOCOL_KEYS = ("method", "dataset", "split", "domains", "seed", "rounds", "local_epochs", "batch_size", "lr",
                  "momentum", "weight_decay", "drop_last", "aggregation", "client_init", "hparams", "client_fraction",
-                 "eval_max", "precision", "dirichlet_alpha")
+                 "eval_max", "precision", "dirichlet_alpha", "participation")
 # keys added since runs were first recorded: a run folder without one ran with its value here
-LATER_KEYS = {"aggregation": "samples", "client_init": "shared", "dirichlet_alpha": None}
+LATER_KEYS = {"aggregation": "samples", "client_init": "shared", "dirichlet_alpha": None, "participation": 1.0}
 
 
 def protocol(cfg) -> dict:

@@ -87,6 +87,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="round 0's start: shared (one initialisation, FPL's) or own (one per client, FedPLVM's)")
     p.add_argument("--hp", action="append", default=[], metavar="NAME=VALUE", help="method hyperparameter, e.g. tau=0.02")
     p.add_argument("--client-fraction", type=float, default=1.0, help="scales every client's sample count")
+    p.add_argument("--participation", type=float, default=None,
+                   help="the share F of the clients that train in each round: max(1, round(F x N)) drawn from (seed, "
+                        "round), the same for every method and executor (default: the preset's, else 1: every client)")
     p.add_argument("--eval-max", type=int, default=None, help="caps each domain's test set")
     p.add_argument("--eval-every", type=int, default=d["eval_every"].default,
                    help="test after every K-th round (and after each of the last 5, which the final and last-5 "
@@ -129,7 +132,8 @@ def config_from_args(args) -> RunConfig:
     split = None if args.split == DIRICHLET else args.split  # --split dirichlet: the preset's clients, skewed
     given = {k: v for k, v in dict(dataset=args.dataset, split=split, rounds=args.rounds, local_epochs=args.local_epochs,
                                    batch_size=args.batch_size, lr=args.lr, momentum=args.momentum,
-                                   aggregation=args.aggregation, client_init=args.client_init).items() if v is not None}
+                                   aggregation=args.aggregation, client_init=args.client_init,
+                                   participation=args.participation).items() if v is not None}
     if args.split == DIRICHLET or args.dirichlet_alpha is not None:
         given["dirichlet_alpha"] = DIRICHLET_ALPHA if args.dirichlet_alpha is None else args.dirichlet_alpha
     make = (lambda **kw: RunConfig.from_preset(args.preset, **kw)) if args.preset else RunConfig
