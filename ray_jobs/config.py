@@ -63,6 +63,7 @@ class RunConfig:
     driver_cpus: float = 1.0
     driver_gpus: float = 0.0
     device: str = "auto"  # auto: cuda when the process sees a GPU
+    spread: bool = False  # Ray: client actors placed with the SPREAD strategy, over as many nodes as possible
     actor_restarts: int = 3  # restarts of one client actor in a run before the run stops (docs/reliability.md)
     checkpoint_every: int = 1  # rounds between the run folder's checkpoints (docs/reliability.md)
     engine: str = "auto"  # client training: sequential | fused | auto (sequential on CPU, fused on CUDA)

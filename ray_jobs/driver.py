@@ -31,7 +31,7 @@ from lightning_modules.clients import aggregation_weight, resolve_device
 from lightning_modules.registry import METHODS
 from lightning_modules.server import State, accumulate, cast_like, weighted_mean
 from ray_jobs.config import RunConfig
-from ray_jobs.executors import LocalExecutor, RayExecutor, assign_groups
+from ray_jobs.executors import LocalExecutor, RayExecutor, assign_groups, ray_node
 
 
 def client_accuracies(per_client: dict[int, dict]) -> dict[str, dict[str, float]]:
@@ -133,7 +133,10 @@ class Driver:
 
     def describe(self) -> dict:
         """Provenance: the executor, the driver's process and every client actor's (machine, device, engine)."""
-        return {"executor": self.cfg.executor, "driver": describe_process(self.device),
+        driver = describe_process(self.device)
+        if self.cfg.executor == "ray":
+            driver["ray_node"] = ray_node()
+        return {"executor": self.cfg.executor, "driver": driver,
                 "actors": self.executor.map("describe")}
 
     def test_sizes(self) -> dict[str, int]:

@@ -96,6 +96,9 @@ def build_parser() -> argparse.ArgumentParser:
                         "metrics read); training is the same whatever K")
     p.add_argument("--executor", default="ray", choices=["ray", "local"])
     p.add_argument("--num-actors", type=int, default=d["num_actors"].default, help="client actors (groups of clients)")
+    p.add_argument("--spread", action="store_true",
+                   help="Ray: place the client actors over as many nodes as possible (SPREAD); default: Ray's "
+                        "default scheduling, which fills a node before the next")
     p.add_argument("--cpus-per-actor", type=float, default=d["cpus_per_actor"].default)
     p.add_argument("--gpus-per-actor", type=float, default=d["gpus_per_actor"].default, help="fractions share a GPU")
     p.add_argument("--driver-cpus", type=float, default=d["driver_cpus"].default)
@@ -142,8 +145,8 @@ def config_from_args(args) -> RunConfig:
         domains=args.domains.split(",") if args.domains else None,
         seed=args.seed, hparams=parse_hp(args.hp),
         client_fraction=args.client_fraction, eval_max=args.eval_max, eval_every=args.eval_every, executor=args.executor,
-        num_actors=args.num_actors, cpus_per_actor=args.cpus_per_actor, gpus_per_actor=args.gpus_per_actor,
-        driver_cpus=args.driver_cpus, driver_gpus=args.driver_gpus, device=args.device, actor_restarts=args.actor_restarts,
+        num_actors=args.num_actors, spread=args.spread, cpus_per_actor=args.cpus_per_actor,
+        gpus_per_actor=args.gpus_per_actor, driver_cpus=args.driver_cpus, driver_gpus=args.driver_gpus, device=args.device, actor_restarts=args.actor_restarts,
         checkpoint_every=args.checkpoint_every, engine=args.engine, precision=args.precision, compile=args.compile,
         data_root=args.data_root, out=args.out, name=args.name,
         wandb_project=args.wandb_project, wandb_group=args.wandb_group,
@@ -328,6 +331,10 @@ def run(cfg: RunConfig, quiet: bool = False, resume: bool = False,
     except (Exception, KeyboardInterrupt) as e:  # the run stops; the folder keeps what it has, without summary.json
         if isinstance(e, KeyboardInterrupt):
             msg = "interrupted (Ctrl-C)."
+        elif cfg.executor == "ray" and isinstance(e, ray.exceptions.RayActorError):  # (a client actor's death reaches
+            # this process as the driver's task error, RayTaskError, once the driver gives up on it: ActorFailed)
+            msg = (f"the run's driver actor was lost ({str(e).strip().splitlines()[-1].strip()}): its process or its "
+                   "node died, and the run stopped.")
         else:
             msg = str(getattr(e, "cause", None) or e).strip().splitlines()[-1] if str(e) else repr(e)
         done = checkpoint.listing(ckpt_dir)
