@@ -60,10 +60,11 @@ def summarize(cfg: dict, clients: list[dict], rounds: list[dict]) -> dict:
 
 PROTOCOL_KEYS = ("method", "dataset", "split", "domains", "seed", "rounds", "local_epochs", "batch_size", "lr",
                  "momentum", "weight_decay", "drop_last", "aggregation", "client_init", "hparams", "client_fraction",
-                 "eval_max", "precision", "dirichlet_alpha", "data_split")
+                 "eval_max", "precision", "dirichlet_alpha", "data_split", "participation")
 # keys added since runs were first recorded: a run folder without one ran with its value here (data_split None: the
-# archives' own train and test sets, as digit5 had them until 2026-11-24)
-LATER_KEYS = {"aggregation": "samples", "client_init": "shared", "dirichlet_alpha": None, "data_split": None}
+# archives' own train and test sets, as digit5 had them until 2026-11-24; participation 1: every client every round)
+LATER_KEYS = {"aggregation": "samples", "client_init": "shared", "dirichlet_alpha": None, "data_split": None,
+              "participation": 1.0}
 
 
 def protocol(cfg) -> dict:

@@ -187,16 +187,18 @@ class ClientGroup:
         return {**describe_process(self.device), "engine": self.engine,
                 "clients": [c["id"] for c in self.clients]}
 
-    def subgroups(self, round_idx: int = 1) -> list[list[dict]]:
-        """Clients trained together in round `round_idx`: one by one (sequential), or those of one architecture
-        (fused: every client, but under FedProto-mh's per-client models). In round 0 under `client_init="own"` one
-        by one whatever the engine: every client starts from its own weights, and what a module takes from its
-        start weights outside its tensors (FedProx's anchor, FedDyn's sent model, MOON's global model) would be
-        the last client's for the whole subgroup."""
+    def subgroups(self, round_idx: int = 1, drawn: list[int] | None = None) -> list[list[dict]]:
+        """The group's clients that train in round `round_idx` (those in `drawn`; None: every one), as they train
+        together: one by one (sequential), or those of one architecture (fused: all of them, but under
+        FedProto-mh's per-client models). In round 0 under `client_init="own"` one by one whatever the engine:
+        every client starts from its own weights, and what a module takes from its start weights outside its
+        tensors (FedProx's anchor, FedDyn's sent model, MOON's global model) would be the last client's for the
+        whole subgroup."""
+        clients = self.clients if drawn is None else [c for c in self.clients if c["id"] in drawn]
         if self.engine == "sequential" or self.cfg.starts_apart(round_idx):
-            return [[c] for c in self.clients]
+            return [[c] for c in clients]
         by_arch: dict[tuple, list[dict]] = {}
-        for c in self.clients:
+        for c in clients:
             by_arch.setdefault(self.arch(c), []).append(c)
         return list(by_arch.values())
 
@@ -247,8 +249,10 @@ class ClientGroup:
                 self.client_states[cid] = s
         self.states_round = after_round
 
-    def train(self, global_state: State, payload: RoundPayload | None, round_idx: int) -> dict:
-        """Train every client of the group from the global state and the payload of round round_idx;
+    def train(self, global_state: State, payload: RoundPayload | None, round_idx: int,
+              drawn: list[int] | None = None) -> dict:
+        """Train the group's clients drawn for round round_idx (`drawn`: the round's participants, None: every
+        client) from the global state and the payload of the round; the others keep their state as it is;
         return the partial sum of the trained weights weighted by the rule's `client_weight`, its total
         weight, and per client its prototypes, loss and, when `cfg.states_every_round` (a Ray actor that may be
         restarted), persistent state (`persistent_state`, on the CPU: None for stateless methods that average
@@ -265,7 +269,7 @@ class ClientGroup:
         rule = METHODS[cfg.method].server
         weight_sum, total, protos, losses, states, sent, uploads, client_weights = None, 0, {}, {}, {}, {}, {}, {}
         start = time.perf_counter()
-        for members in self.subgroups(round_idx):
+        for members in self.subgroups(round_idx, drawn):
             module = self.module_for(members[0])
             gens = [client_generator(cfg.seed, round_idx, c["id"]) for c in members]
             # torch's global stream (dropout, in FedProto's CNN) from (seed, round, first client): the same draws

@@ -21,7 +21,7 @@ class FedAvgClient(ClientModule):
 class FedAvgServer(ServerRule):
     """The global model is the sample-weighted mean (BatchNorm buffers included); no payload (None)."""
 
-    def aggregate(self, global_state, mean64, round_idx):
+    def aggregate(self, global_state, mean64, round_idx, share=1.0):
         return cast_like(mean64, global_state)
 
     def payload(self, client_protos, round_idx):

@@ -16,7 +16,11 @@ alpha_k, train in one stack); configure_optimizers reads each client's weight de
 
 Server: avg = the unweighted mean of the client models (`np.mean` over clients); the
 model sent to the clients is avg + drift, drift = sum over rounds of (avg - the model
-sent that round) = the mean over clients of their h_k. The model evaluated is avg
+sent that round) = the mean over clients of their h_k. Under partial participation
+(`--participation`) avg is the mean of the round's trained clients and drift stays the
+mean of all N clients' h_k, as Acar et al.'s code (`cld_mdl_param = avg_mdl_param_sel +
+np.mean(local_param_list)`): each round it moves by m / N times (avg - the model sent),
+m of the N clients having trained; an undrawn client's h_k is left as it was. The model evaluated is avg
 (`avg_model`), not the one sent. Parameters only; BatchNorm buffers take the mean in both.
 """
 from __future__ import annotations
@@ -69,10 +73,10 @@ class FedDynServer(FedAvgServer):
         self.drift: State = {}
         self.avg: State | None = None
 
-    def aggregate(self, global_state, mean64, round_idx):
+    def aggregate(self, global_state, mean64, round_idx, share=1.0):
         sent = dict(mean64)
-        for k in self.param_keys:
-            self.drift[k] = self.drift.get(k, 0.0) + (mean64[k] - global_state[k].to(torch.float64))
+        for k in self.param_keys:  # the mean of all N clients' h_k: m of them moved by (w_k - w_sent), m / N = share
+            self.drift[k] = self.drift.get(k, 0.0) + share * (mean64[k] - global_state[k].to(torch.float64))
             sent[k] = mean64[k] + self.drift[k]
         self.avg = cast_like(mean64, global_state)
         return cast_like(sent, global_state)

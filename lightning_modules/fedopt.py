@@ -27,7 +27,7 @@ class FedOptServer(FedAvgServer):
         super().__init__(*args, **kwargs)
         self.momentum_buf: State = {}
 
-    def aggregate(self, global_state, mean64, round_idx):
+    def aggregate(self, global_state, mean64, round_idx, share=1.0):
         new = dict(mean64)
         for k in self.param_keys:
             grad = global_state[k].to(torch.float64) - mean64[k]

@@ -69,8 +69,10 @@ class FedPCLRound(RoundPayload):
     global_protos: torch.Tensor  # K x d: per class the mean over the clients that hold it; NaN row: none does
 
     def test_prototypes(self, client_id: int) -> torch.Tensor:
-        """A client is tested by its own local prototypes (the code's `test_inference_twoway`)."""
-        return self.local_protos[int(torch.nonzero(self.client_ids == client_id)[0, 0])]
+        """A client is tested by its own local prototypes (the code's `test_inference_twoway`); one that did not
+        train this round (`--participation`: none sent) by the global prototypes."""
+        row = torch.nonzero(self.client_ids == client_id)
+        return self.global_protos if len(row) == 0 else self.local_protos[int(row[0, 0])]
 
 
 class FedPCLClient(ClientModule):

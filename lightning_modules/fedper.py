@@ -48,7 +48,7 @@ class FedPerServer(ServerRule):
     def travelling(hparams: dict, state: State) -> State:
         return {k: v for k, v in state.items() if not is_head(k, hparams["head"])}
 
-    def aggregate(self, global_state, mean64, round_idx):
+    def aggregate(self, global_state, mean64, round_idx, share=1.0):
         return {**global_state, **cast_like(mean64, global_state)}
 
     def payload(self, client_protos, round_idx):

@@ -13,7 +13,10 @@ initialisation (the reference copies one initialisation into every centre); the 
 first K clients' trained weights, as the reference's k-means starts from its first K points. A centre no client
 is nearest keeps its weights. `distance=weights` (default) compares every parameter, the paper's distance
 between models; `classifier` only the classifier's weight matrix, as the reference compares only its last dense
-layer's kernel. K (`clusters`) 4, the reference's config. Each client is tested with its centre. The reference's
+layer's kernel. K (`clusters`) 4, the reference's config. Under partial participation (`--participation`) only
+the round's trained clients are assigned and averaged into their centres (a centre none of them is nearest keeps
+its weights); a client not drawn keeps its last assignment and starts its next round from that centre as it is
+then (before it is first drawn: the one initialisation). Each client is tested with its centre. The reference's
 quirks we do not copy (docs/deviations.md, 42): its first assignment clusters random points instead of the
 clients' weights, its re-clustering interval (`update-center-every`) can be longer than the run (no
 re-assignment at all), a cluster of one client is skipped (that client does not train), and the accuracy it
@@ -47,25 +50,27 @@ class FeSEMServer(ServerRule):
     def compared_keys(self) -> list[str]:
         return self.param_keys if self.hparams["distance"] == "weights" else ["classifier.weight"]
 
-    def aggregate(self, global_state, mean64, round_idx):
+    def aggregate(self, global_state, mean64, round_idx, share=1.0):
         raise TypeError("FeSEM is a per-client rule; the driver calls aggregate_clients.")
 
     def aggregate_clients(self, states, weights, round_idx):
         ids, k = sorted(states), self.hparams["clusters"]
-        if k > len(ids):
-            raise ValueError(f"FeSEM: {k} clusters for {len(ids)} clients; use --hp clusters={len(ids)} or fewer.")
-        if self.centers is None:
+        if self.centers is None:  # the first round's clients give the centres: at least K of them
+            if k > len(ids):
+                raise ValueError(f"FeSEM: {k} clusters for {len(ids)} clients trained in its first round; use "
+                                 f"--hp clusters={len(ids)} or fewer (or a larger --participation).")
             self.centers = [states[i] for i in ids[:k]]
-        self.assignment = dict(zip(ids, nearest_centers([states[i] for i in ids], self.centers, self.compared_keys())))
+        assigned = dict(zip(ids, nearest_centers([states[i] for i in ids], self.centers, self.compared_keys())))
+        self.assignment.update(assigned)
         for c in range(k):
-            members = [i for i in ids if self.assignment[i] == c]
+            members = [i for i in ids if assigned[i] == c]
             if members:
                 acc = None
                 for i in members:
                     acc = accumulate(acc, states[i], weights[i])
                 total = sum(weights[i] for i in members)
                 self.centers[c] = cast_like({key: v / total for key, v in acc.items()}, states[members[0]])
-        return {i: self.centers[self.assignment[i]] for i in ids}
+        return {i: self.centers[c] for i, c in self.assignment.items()}
 
     def payload(self, client_protos, round_idx):
         return None

@@ -44,11 +44,13 @@ def add_sums(a: State | None, b: State) -> State:
     return {k: a[k] + b[k] for k in a}
 
 
-def weighted_mean(sums: list[State], weights: list[float]) -> State:
-    """The weighted mean (float64) from partial sums and the total weight behind each."""
+def weighted_mean(sums: list[State | None], weights: list[float]) -> State:
+    """The weighted mean (float64) from partial sums and the total weight behind each (None: a client group
+    none of whose clients trained this round, weight 0)."""
     total, acc = float(sum(weights)), None
     for s in sums:
-        acc = add_sums(acc, s)
+        if s is not None:
+            acc = add_sums(acc, s)
     return {k: v / total for k, v in acc.items()}
 
 
@@ -129,7 +131,8 @@ class ServerRule(ABC):
 
     def aggregate_clients(self, states: dict[int, State], weights: dict[int, float], round_idx: int) -> dict[int, State]:
         """A `per_client` rule's aggregation: the state_dict each client starts its next round from, from the
-        clients' trained state_dicts of round `round_idx` (client id -> state) and their weights (`client_weight`)."""
+        trained state_dicts of the clients that trained in round `round_idx` (client id -> state) and their weights
+        (`client_weight`). Clients it returns no entry for keep theirs."""
         raise NotImplementedError(f"{type(self).__name__} is not a per-client rule (per_client is False).")
 
     def evaluated_state(self, global_state: State) -> State:
@@ -137,9 +140,10 @@ class ServerRule(ABC):
         return global_state
 
     @abstractmethod
-    def aggregate(self, global_state: State, mean64: State, round_idx: int) -> State:
+    def aggregate(self, global_state: State, mean64: State, round_idx: int, share: float = 1.0) -> State:
         """The next global state_dict (dtypes of `global_state`) from the current one and the float64
-        `client_weight`-weighted mean of the clients' trained state_dicts of round `round_idx`."""
+        `client_weight`-weighted mean of the trained state_dicts of the clients that trained in round `round_idx`,
+        `share` of all the run's clients (1: every client; below 1 under `--participation`)."""
 
     @abstractmethod
     def payload(self, client_protos: dict[int, dict[int, torch.Tensor]], round_idx: int) -> RoundPayload | None:
@@ -160,5 +164,5 @@ class LocalModelsRule(ServerRule):
     averages_weights = False
     personal_models = True
 
-    def aggregate(self, global_state, mean64, round_idx):
+    def aggregate(self, global_state, mean64, round_idx, share=1.0):
         raise TypeError(f"{type(self).__name__} averages no weights; the driver must not call aggregate.")

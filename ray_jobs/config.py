@@ -20,6 +20,7 @@ from benchmark.partition import LabelSkew, load_counts
 from benchmark.protocols import (AGGREGATIONS, CLIENT_INITS, DATASET_SPECS, DEFAULT_SPLIT, PRECISIONS, PRESETS,
                                  RANDOM_SPLIT, SPLITS, ConfigError, DatasetSpec, reference_random_split)
 from benchmark.results import LAST_K
+from benchmark.sampling import participants
 from lightning_modules.clients import ENGINES
 from lightning_modules.privacy import FUSED_REFUSAL, private
 from lightning_modules.registry import METHODS
@@ -46,6 +47,9 @@ class RunConfig:
     # FedPLVM's label skew (its appendix D, `--label_iid False --beta`): each client's class counts drawn from
     # Dirichlet(alpha) (`benchmark.partition.LabelSkew`); None: the protocol's own split (label iid)
     dirichlet_alpha: float | None = None
+    # the share of the clients that train in each round (`benchmark.sampling`: max(1, round(F * N)) drawn from
+    # (seed, round)); 1: every client every round
+    participation: float = 1.0
     preset: str | None = None  # the PRESETS entry this config came from (recorded; from_preset sets it)
     hparams: dict = field(default_factory=dict)  # the method's hyperparameters (defaults from the registry)
     client_fraction: float = 1.0  # scales every client's sample count (small settings)
@@ -60,6 +64,7 @@ class RunConfig:
     driver_cpus: float = 1.0
     driver_gpus: float = 0.0
     device: str = "auto"  # auto: cuda when the process sees a GPU
+    spread: bool = False  # Ray: client actors placed with the SPREAD strategy, over as many nodes as possible
     actor_restarts: int = 3  # restarts of one client actor in a run before the run stops (docs/reliability.md)
     checkpoint_every: int = 1  # rounds between the run folder's checkpoints (docs/reliability.md)
     engine: str = "auto"  # client training: sequential | fused | auto (sequential on CPU and under DP-SGD, fused on CUDA)
@@ -110,6 +115,8 @@ class RunConfig:
             raise ConfigError(f"local epochs must be at least 1 (got {self.local_epochs}).")
         if not 0 < self.client_fraction <= 1:
             raise ConfigError(f"client fraction must be in (0, 1] (got {self.client_fraction}).")
+        if not 0 < self.participation <= 1:
+            raise ConfigError(f"participation must be in (0, 1] (got {self.participation}).")
         if self.eval_max is not None and self.eval_max < 1:
             raise ConfigError(f"eval-max must be at least 1 (got {self.eval_max}).")
         if self.eval_every < 1:
@@ -169,6 +176,10 @@ class RunConfig:
         """Whether the global model (or each client's) is tested after round `round_idx`: every `eval_every`-th
         round and each of the last LAST_K rounds, which the final and the last-5 metrics read."""
         return (round_idx + 1) % self.eval_every == 0 or round_idx >= self.rounds - LAST_K
+
+    def participants(self, round_idx: int, client_ids: list[int]) -> list[int]:
+        """The clients that train in round `round_idx` (`benchmark.sampling.participants`)."""
+        return participants(client_ids, self.participation, self.seed, round_idx)
 
     def starts_apart(self, round_idx: int) -> bool:
         """Whether the clients start round `round_idx` from their own initialisations, not from the global
@@ -231,7 +242,8 @@ class RunConfig:
             return self.name
         dom = "" if not self.dropped_domains else "-no_" + "_".join(self.dropped_domains)
         skew = "" if self.dirichlet_alpha is None else f"-dirichlet{self.dirichlet_alpha:g}"
-        return f"{self.method}-{self.dataset}{dom}-{self.split}{skew}-seed{self.seed}"
+        part = "" if self.participation == 1 else f"-part{self.participation:g}"
+        return f"{self.method}-{self.dataset}{dom}-{self.split}{skew}{part}-seed{self.seed}"
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)

@@ -33,7 +33,7 @@ from lightning_modules.prototypes import per_class_count
 from lightning_modules.registry import METHODS
 from lightning_modules.server import State, accumulate, cast_like, weighted_mean
 from ray_jobs.config import RunConfig
-from ray_jobs.executors import LocalExecutor, RayExecutor, assign_groups
+from ray_jobs.executors import LocalExecutor, RayExecutor, assign_groups, ray_node
 
 
 def client_accuracies(per_client: dict[int, dict]) -> dict[str, dict[str, float]]:
@@ -95,14 +95,15 @@ class Driver:
         executor = RayExecutor if cfg.executor == "ray" else LocalExecutor
         self.executor = executor(cfg, assign_groups(clients, cfg.num_actors), data_root)
 
-    def start_state(self, r: int) -> State:
+    def start_state(self, r: int, drawn: list[int] | None = None) -> State:
         """The weights the clients started round r from, as the rule averages them (what FedOpt's pseudo-gradient
         and FedDyn's drift step from): the global ones, but in round 0 under `client_init="own"` the mean of the
-        clients' own initialisations, weighted as their trained weights are (`aggregation_weight`)."""
+        own initialisations of the clients that trained (`drawn`; None: every client), weighted as their trained weights are
+        (`aggregation_weight`)."""
         if not self.cfg.starts_apart(r):
             return self.global_state
         acc, total = None, 0.0
-        for c in self.clients:
+        for c in (c for c in self.clients if drawn is None or c["id"] in drawn):
             w = aggregation_weight(self.cfg, self.rule, c["num_samples"])
             acc = accumulate(acc, own_initialisation(type(self.model), self.model.num_classes, self.cfg.seed, c["id"],
                                                      **self.model_options), w)
@@ -136,7 +137,10 @@ class Driver:
 
     def describe(self) -> dict:
         """Provenance: the executor, the driver's process and every client actor's (machine, device, engine)."""
-        return {"executor": self.cfg.executor, "driver": describe_process(self.device),
+        driver = describe_process(self.device)
+        if self.cfg.executor == "ray":
+            driver["ray_node"] = ray_node()
+        return {"executor": self.cfg.executor, "driver": driver,
                 "actors": self.executor.map("describe")}
 
     def test_sizes(self) -> dict[str, int]:
@@ -150,15 +154,18 @@ class Driver:
         state_ref = self.executor.put(sent_state)
         payload_ref = self.executor.put(sent_payload)
         received = getattr(sent_payload, "num_prototypes", None)  # prototype vectors each client gets (FedPLVM's Table 4)
-        results = self.executor.map("train", state_ref, payload_ref, r)
+        # the round's participants (`--participation`; every client at 1): only they train, upload and count
+        drawn = self.cfg.participants(r, [c["id"] for c in self.clients])
+        results = self.executor.map("train", state_ref, payload_ref, r, None if len(drawn) == len(self.clients) else drawn)
         t1 = time.perf_counter()
 
-        if self.rule.per_client:
-            self.global_state = self.rule.aggregate_clients({cid: u for res in results for cid, u in res["uploads"].items()},
-                                                            {cid: w for res in results for cid, w in res["client_weights"].items()}, r)
+        if self.rule.per_client:  # a client not drawn keeps its entry (`aggregate_clients` returns none for it)
+            self.global_state = {**self.global_state, **self.rule.aggregate_clients(
+                {cid: u for res in results for cid, u in res["uploads"].items()},
+                {cid: w for res in results for cid, w in res["client_weights"].items()}, r)}
         elif self.rule.averages_weights:
             mean64 = weighted_mean([res["sum"] for res in results], [res["weight"] for res in results])
-            self.global_state = self.rule.aggregate(self.start_state(r), mean64, r)
+            self.global_state = self.rule.aggregate(self.start_state(r, drawn), mean64, r, len(drawn) / len(self.clients))
         t2 = time.perf_counter()
 
         protos = {cid: p for res in results for cid, p in res["protos"].items()}
@@ -189,6 +196,7 @@ class Driver:
         return {
             "notes": notes,  # printed by the entry point, not recorded in metrics.jsonl
             "round": r,
+            "trained_clients": drawn,
             **({} if received is None else {"prototypes_received": received}),
             # prototypes a client uploads per class it holds, when prototypes travel (FedPLVM's Figure 9)
             **({} if self.payload is None else

@@ -1,6 +1,7 @@
 """Executors: where a run's client groups live. `LocalExecutor` holds them as plain objects in this process;
 `RayExecutor` holds each in a Ray actor (the group itself, `lightning_modules.clients.ClientGroup`, as the actor's
-class: a thin shell) with its CPU / GPU share, restarts a dead actor and rebuilds its clients from their states.
+class: a thin shell that adds its Ray node to its provenance) with its CPU / GPU share, placed by Ray's default
+scheduling or spread over the nodes (`--spread`), restarts a dead actor and rebuilds its clients from their states.
 Both give the driver the same calls (`map`, `put`, the clients' persistent states).
 """
 from __future__ import annotations
@@ -18,6 +19,20 @@ def assign_groups(clients: list[dict], num_groups: int) -> list[list[dict]]:
 
 
 RESTART_TIMEOUT_S = 600  # a restarting client actor that is not back by then stops the run
+
+
+def ray_node() -> str | None:
+    """The id of the Ray node this process runs on (None outside Ray): the provenance of a run over several nodes."""
+    import ray
+
+    return ray.get_runtime_context().get_node_id() if ray.is_initialized() else None
+
+
+class RayClientGroup(ClientGroup):
+    """A client group as a Ray actor: the group itself, its provenance with the Ray node it runs on."""
+
+    def describe(self) -> dict:
+        return {**super().describe(), "ray_node": ray_node()}
 
 
 class ActorFailed(RuntimeError):
@@ -79,8 +94,9 @@ class RayExecutor(Executor):
 
         super().__init__(cfg)
         self.ray = ray
-        actor = ray.remote(ClientGroup).options(num_cpus=cfg.cpus_per_actor, num_gpus=cfg.gpus_per_actor,
-                                                max_restarts=cfg.actor_restarts, max_task_retries=0)
+        actor = ray.remote(RayClientGroup).options(num_cpus=cfg.cpus_per_actor, num_gpus=cfg.gpus_per_actor,
+                                                   max_restarts=cfg.actor_restarts, max_task_retries=0,
+                                                   scheduling_strategy="SPREAD" if cfg.spread else "DEFAULT")
         self.groups = [actor.remote(cfg, g, data_root) for g in groups]
         self.members = [[c["id"] for c in g] for g in groups]
         self.failures = [0] * len(groups)

@@ -88,12 +88,18 @@ def build_parser() -> argparse.ArgumentParser:
                    help="round 0's start: shared (one initialisation, FPL's) or own (one per client, FedPLVM's)")
     p.add_argument("--hp", action="append", default=[], metavar="NAME=VALUE", help="method hyperparameter, e.g. tau=0.02")
     p.add_argument("--client-fraction", type=float, default=1.0, help="scales every client's sample count")
+    p.add_argument("--participation", type=float, default=None,
+                   help="the share F of the clients that train in each round: max(1, round(F x N)) drawn from (seed, "
+                        "round), the same for every method and executor (default: the preset's, else 1: every client)")
     p.add_argument("--eval-max", type=int, default=None, help="caps each domain's test set")
     p.add_argument("--eval-every", type=int, default=d["eval_every"].default,
                    help="test after every K-th round (and after each of the last 5, which the final and last-5 "
                         "metrics read); training is the same whatever K")
     p.add_argument("--executor", default="ray", choices=["ray", "local"])
     p.add_argument("--num-actors", type=int, default=d["num_actors"].default, help="client actors (groups of clients)")
+    p.add_argument("--spread", action="store_true",
+                   help="Ray: place the client actors over as many nodes as possible (SPREAD); default: Ray's "
+                        "default scheduling, which fills a node before the next")
     p.add_argument("--cpus-per-actor", type=float, default=d["cpus_per_actor"].default)
     p.add_argument("--gpus-per-actor", type=float, default=d["gpus_per_actor"].default, help="fractions share a GPU")
     p.add_argument("--driver-cpus", type=float, default=d["driver_cpus"].default)
@@ -130,7 +136,8 @@ def config_from_args(args) -> RunConfig:
     split = None if args.split == DIRICHLET else args.split  # --split dirichlet: the preset's clients, skewed
     given = {k: v for k, v in dict(dataset=args.dataset, split=split, rounds=args.rounds, local_epochs=args.local_epochs,
                                    batch_size=args.batch_size, lr=args.lr, momentum=args.momentum,
-                                   aggregation=args.aggregation, client_init=args.client_init).items() if v is not None}
+                                   aggregation=args.aggregation, client_init=args.client_init,
+                                   participation=args.participation).items() if v is not None}
     if args.split == DIRICHLET or args.dirichlet_alpha is not None:
         given["dirichlet_alpha"] = DIRICHLET_ALPHA if args.dirichlet_alpha is None else args.dirichlet_alpha
     make = (lambda **kw: RunConfig.from_preset(args.preset, **kw)) if args.preset else RunConfig
@@ -139,8 +146,8 @@ def config_from_args(args) -> RunConfig:
         domains=args.domains.split(",") if args.domains else None,
         seed=args.seed, hparams=parse_hp(args.hp),
         client_fraction=args.client_fraction, eval_max=args.eval_max, eval_every=args.eval_every, executor=args.executor,
-        num_actors=args.num_actors, cpus_per_actor=args.cpus_per_actor, gpus_per_actor=args.gpus_per_actor,
-        driver_cpus=args.driver_cpus, driver_gpus=args.driver_gpus, device=args.device, actor_restarts=args.actor_restarts,
+        num_actors=args.num_actors, spread=args.spread, cpus_per_actor=args.cpus_per_actor,
+        gpus_per_actor=args.gpus_per_actor, driver_cpus=args.driver_cpus, driver_gpus=args.driver_gpus, device=args.device, actor_restarts=args.actor_restarts,
         checkpoint_every=args.checkpoint_every, engine=args.engine, precision=args.precision, compile=args.compile,
         data_root=args.data_root, out=args.out, name=args.name,
         wandb_project=args.wandb_project, wandb_group=args.wandb_group,
@@ -326,6 +333,10 @@ def run(cfg: RunConfig, quiet: bool = False, resume: bool = False,
     except (Exception, KeyboardInterrupt) as e:  # the run stops; the folder keeps what it has, without summary.json
         if isinstance(e, KeyboardInterrupt):
             msg = "interrupted (Ctrl-C)."
+        elif cfg.executor == "ray" and isinstance(e, ray.exceptions.RayActorError):  # (a client actor's death reaches
+            # this process as the driver's task error, RayTaskError, once the driver gives up on it: ActorFailed)
+            msg = (f"the run's driver actor was lost ({str(e).strip().splitlines()[-1].strip()}): its process or its "
+                   "node died, and the run stopped.")
         else:
             msg = str(getattr(e, "cause", None) or e).strip().splitlines()[-1] if str(e) else repr(e)
         done = checkpoint.listing(ckpt_dir)

@@ -44,7 +44,6 @@ from ray_jobs.report import log_wandb, report
 from ray_jobs.run import OneLineParser, RunError, gpus_needed, init_ray, run, run_gpu_shares
 from ray_jobs.tables import GROUPS, PROFILES, TABLES, report_name
 
-
 GPU_PARALLEL = 4  # local runs at once on a GPU by default; see local_concurrency
 RESUME_HINT = "run the same sweep command again (it resumes its interrupted runs)"
 
@@ -252,6 +251,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--eval-every", type=int, default=None,
                     help="test every run after every K-th round and the last 5 (default: the table's full-profile "
                          "schedule, every round at the smoke profile); not part of a run's protocol")
+    ap.add_argument("--participation", type=float, default=None,
+                    help="the share of the clients that train in each round of every run (default: each preset's, "
+                         "1 for the papers'); part of each run's protocol and of its folder's name")
     ap.add_argument("--checkpoint-every", type=int, default=1,
                     help="rounds between each run's checkpoints (a resume redoes at most N-1 rounds)")
     ap.add_argument("--actor-restarts", type=int, default=3,
@@ -266,7 +268,8 @@ def main(argv: list[str] | None = None) -> int:
     extra = {"executor": args.executor, "engine": args.engine, "precision": args.precision,
              "checkpoint_every": args.checkpoint_every, "actor_restarts": args.actor_restarts,
              "gpus_per_actor": args.gpus_per_actor, "driver_gpus": args.driver_gpus,
-             **({} if args.eval_every is None else {"eval_every": args.eval_every})}
+             **({} if args.eval_every is None else {"eval_every": args.eval_every}),
+             **({} if args.participation is None else {"participation": args.participation})}
     tables = GROUPS.get(args.table, (args.table,))
     try:
         runs = {t: plan(t, args.profile, args.domains.split(",") if args.domains else None, results_dir,

@@ -81,5 +81,5 @@ def test_the_centres_are_sample_weighted_means_of_whole_state_dicts():
 
 
 def test_more_clusters_than_clients_is_one_clear_error():
-    with pytest.raises(ValueError, match=r"^FeSEM: 4 clusters for 3 clients; use --hp clusters=3 or fewer\.$"):
+    with pytest.raises(ValueError, match=r"^FeSEM: 4 clusters for 3 clients trained in its first round; use --hp clusters=3 or fewer "):
         rule(clusters=4).aggregate_clients(states(0, 1, 2), {i: 1.0 for i in range(3)}, 0)
