@@ -16,6 +16,8 @@ import json
 import os
 from pathlib import Path
 
+from benchmark.results import with_later_hparams
+
 MAGIC = b"FEDPROTO-BENCH-CKPT-1\n"
 KEEP = 2
 DIR = "checkpoints"
@@ -72,7 +74,7 @@ def read(path: Path) -> dict:
 
 def protocol_difference(saved: dict, expected: dict) -> list[str]:
     expected = json.loads(json.dumps(expected))
-    saved = json.loads(json.dumps(saved))
+    saved = with_later_hparams(json.loads(json.dumps(saved)), expected)  # written before a hyperparameter existed
     return [f"{k}: {saved.get(k)!r} in the checkpoint, {expected.get(k)!r} here"
             for k in sorted(set(saved) | set(expected)) if saved.get(k) != expected.get(k)]
 
