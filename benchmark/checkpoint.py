@@ -16,7 +16,7 @@ import json
 import os
 from pathlib import Path
 
-from benchmark.results import LATER_KEYS
+from benchmark.results import LATER_KEYS, with_later_hparams
 
 MAGIC = b"FEDPROTO-BENCH-CKPT-1\n"
 KEEP = 2
@@ -76,6 +76,7 @@ def protocol_difference(saved: dict, expected: dict) -> list[str]:
     expected = json.loads(json.dumps(expected))
     # a checkpoint written before a protocol key existed ran with that key's value in LATER_KEYS
     saved = {**{k: v for k, v in LATER_KEYS.items() if k in expected}, **json.loads(json.dumps(saved))}
+    saved = with_later_hparams(saved, expected)  # written before a hyperparameter existed
     return [f"{k}: {saved.get(k)!r} in the checkpoint, {expected.get(k)!r} here"
             for k in sorted(set(saved) | set(expected)) if saved.get(k) != expected.get(k)]
 

@@ -1,4 +1,5 @@
-"""Figures from run folders: accuracy over rounds, per-domain bars beside the paper, t-SNE feature maps.
+"""Figures from run folders: accuracy over rounds, per-domain bars beside the paper, accuracy against a
+hyperparameter's value (a grid), t-SNE feature maps.
 
 Every plotting function reads run folders (config.json, metrics.jsonl, summary.json,
 model.pt), writes PNG (and SVG) files and returns the numbers it plotted, so they
@@ -19,7 +20,7 @@ from matplotlib.ticker import MaxNLocator
 
 from benchmark import paper
 from benchmark.data import DATASETS, domain_test_set, load_domain, resolve_data_root
-from benchmark.results import MODEL_FILE, read_jsonl
+from benchmark.results import LATER_HPARAMS, MODEL_FILE, read_jsonl
 
 FORMATS = ("png", "svg")
 DEMO_RUNS = ("demo-fedavg-office_caltech", "demo-fpl-office_caltech")
@@ -49,6 +50,13 @@ def _save(fig: Figure, stem: Path, formats=FORMATS) -> list[Path]:
         tmp.replace(path)  # never a half-written figure
         paths.append(path)
     return paths
+
+
+def _summary(run_dir: Path) -> dict:
+    try:
+        return json.loads((Path(run_dir) / "summary.json").read_text())
+    except (OSError, ValueError):
+        raise FigureError(f"{run_dir} has no summary.json: the run is not complete; finish it first.") from None
 
 
 def _colors(methods: list[str]) -> dict[str, tuple]:
@@ -170,10 +178,7 @@ def bar_data(run_dirs, reference: dict | None, metric: str = "last5") -> pd.Data
     NaN where none)."""
     rows = []
     for run_dir in run_dirs:
-        try:
-            s = json.loads((Path(run_dir) / "summary.json").read_text())
-        except (OSError, ValueError):
-            raise FigureError(f"{run_dir} has no summary.json: the run is not complete; finish it first.") from None
+        s = _summary(run_dir)
         for dom, acc in s[metric].items():
             rows.append({"dataset": s["dataset"], "method": s["method"], "domain": dom, "seed": s["seed"], "acc": acc,
                          "domains": tuple(s["domains"])})
@@ -218,6 +223,75 @@ def plot_bars(run_dirs, reference: dict | None, stem: Path, title: str = "", for
             ax.grid(axis="y", alpha=0.3)
     axes[0][0].legend(fontsize=8, loc="upper left")
     fig.suptitle(title or "last-5-round accuracy: ours (solid, ± std over seeds) beside the paper (hatched)", fontsize=11)
+    _save(fig, stem, formats)
+    return data
+
+
+# --------------------------------------------------------------------------- accuracy against a hyperparameter
+
+def grid_data(run_dirs, hparam: str, metric: str = "final") -> pd.DataFrame:
+    """Per dataset, method, value of `hparam` (the run's recorded hparams; a run recorded before the hyperparameter
+    existed: its LATER_HPARAMS value) and domain: our accuracy by `metric` from summary.json, the mean, std over
+    seeds and the seed count; in the order of the value."""
+    rows = []
+    for run_dir in run_dirs:
+        s = _summary(run_dir)
+        value = s["hparams"].get(hparam, LATER_HPARAMS.get(hparam))
+        if value is None:
+            raise FigureError(f"{run_dir}: {s['method']} has no hyperparameter {hparam!r}.")
+        for dom, acc in s[metric].items():
+            rows.append({"dataset": s["dataset"], "method": s["method"], "value": value, "domain": dom,
+                         "seed": s["seed"], "acc": acc})
+    if not rows:
+        raise FigureError("no run to draw.")
+    df = pd.DataFrame(rows)
+    return df.groupby(["dataset", "method", "value", "domain"], sort=False).agg(
+        mean=("acc", "mean"), std=("acc", "std"), seeds=("acc", "count")).reset_index().sort_values(
+        "value", kind="stable", ignore_index=True)  # each line's points in the order of the value
+
+
+def plot_grid(run_dirs, hparam: str, stem: Path, title: str = "", formats=FORMATS, metric: str = "final",
+              defaults: dict | None = None, log_x: bool | None = None) -> pd.DataFrame:
+    """Accuracy against a hyperparameter's value (FedPLVM's Figures 4 and 5): a panel per dataset, a line per method
+    (line style) and domain (colour; AVG black and thick), the mean over seeds with ± std error bars; `defaults`
+    (method -> its default value) dotted vertical lines, named; the x axis logarithmic when asked, or by default when the
+    values span two decades or more. Returns `grid_data`."""
+    from matplotlib import colormaps
+
+    data = grid_data(run_dirs, hparam, metric)
+    datasets, methods = list(dict.fromkeys(data.dataset)), list(dict.fromkeys(data.method))
+    values = sorted(set(data.value))
+    if log_x is None:
+        log_x = min(values) > 0 and max(values) / min(values) >= 100
+    styles = dict(zip(methods, ["-", "--", ":", "-."]))
+    fig = Figure(figsize=(5.2 * len(datasets), 4.0), layout="constrained")
+    for ax, ds in zip(fig.subplots(1, len(datasets), squeeze=False)[0], datasets):
+        sub = data[data.dataset == ds]
+        doms = [d for d in dict.fromkeys(sub.domain) if d != "AVG"]
+        colors = {"AVG": "black", **{d: colormaps["tab10"](i) for i, d in enumerate(doms)}}
+        for m in methods:
+            for k, dom in enumerate(["AVG", *doms]):
+                line = sub[(sub.method == m) & (sub.domain == dom)]
+                if line.empty:
+                    continue
+                ax.errorbar(line["value"], line["mean"], yerr=line["std"].fillna(0), color=colors[dom],
+                            ls=styles[m], marker=MARKERS[k % len(MARKERS)], lw=2.2 if dom == "AVG" else 1.1,
+                            ms=5, capsize=2, label=f"{m}: {dom}" if len(methods) > 1 else dom)
+        for m, v in (defaults or {}).items():
+            if m in methods:
+                ax.axvline(v, color="grey", ls=":", lw=1)
+                ax.text(v, 0.99, f" {m}'s default", transform=ax.get_xaxis_transform(), fontsize=7, color="grey",
+                        va="top", rotation=90)
+        if log_x:
+            ax.set_xscale("log")
+        ax.set_xticks(values, [f"{v:g}" for v in values])
+        ax.minorticks_off()
+        ax.set_title(ds, fontsize=10)
+        ax.set_xlabel(hparam)
+        ax.set_ylabel("accuracy (%)")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=7, ncols=len(methods), loc="upper center", bbox_to_anchor=(0.5, -0.16))
+    fig.suptitle(title or f"accuracy against {hparam} (mean over seeds, error bars: ± std)", fontsize=11)
     _save(fig, stem, formats)
     return data
 

@@ -65,12 +65,26 @@ PROTOCOL_KEYS = ("method", "dataset", "split", "domains", "seed", "rounds", "loc
 # archives' own train and test sets, as digit5 had them until 2026-11-24; participation 1: every client every round)
 LATER_KEYS = {"aggregation": "samples", "client_init": "shared", "dirichlet_alpha": None, "data_split": None,
               "participation": 1.0}
+# method hyperparameters added since runs were recorded, and the value a run recorded without one ran with: FPL's
+# (and its variants') `lambda`, its weight on CPCL + UPCR, whose loss had no weight before (1)
+LATER_HPARAMS = {"lambda": 1.0}
 
 
 def protocol(cfg) -> dict:
     """What makes two runs the same experiment (from a RunConfig or its dict)."""
     d = cfg if isinstance(cfg, dict) else cfg.to_dict()
     return {k: d[k] if k in d or k not in LATER_KEYS else LATER_KEYS[k] for k in PROTOCOL_KEYS}
+
+
+def with_later_hparams(recorded: dict, expected: dict) -> dict:
+    """A recorded protocol (a summary's or a checkpoint's) whose hparams lack a LATER_HPARAMS key that the expected
+    protocol's have, with that key at the value it ran with; otherwise `recorded` as it is. Only keys the expected
+    method takes are filled: a method that has always recorded the key (FedPLVM's lambda) is never filled."""
+    hp, want = recorded.get("hparams"), expected.get("hparams")
+    if not isinstance(hp, dict) or not isinstance(want, dict):
+        return recorded
+    missing = {k: v for k, v in LATER_HPARAMS.items() if k in want and k not in hp}
+    return {**recorded, "hparams": {**hp, **missing}} if missing else recorded
 
 
 def is_complete(run_dir: Path, expected: dict | None = None) -> bool:
@@ -81,9 +95,11 @@ def is_complete(run_dir: Path, expected: dict | None = None) -> bool:
         return False
     if not s.get("complete") or expected is None:
         return bool(s.get("complete"))
-    # a summary written before a protocol key existed ran with that key's value in LATER_KEYS
+    # a summary written before a protocol key (or a method's hyperparameter) existed ran with its value in LATER_KEYS
+    # (LATER_HPARAMS)
     try:
-        return protocol(s["protocol"]) == json.loads(json.dumps(protocol(expected)))
+        want = json.loads(json.dumps(protocol(expected)))
+        return protocol(with_later_hparams(s["protocol"], want)) == want
     except (KeyError, TypeError):  # no protocol, or one without a key it needs: not this run
         return False
 

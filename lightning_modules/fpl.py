@@ -3,8 +3,9 @@
 Wenke Huang, Mang Ye, Zekun Shi, He Li, Bo Du. "Rethinking Federated Learning with
 Domain Shift: A Prototype View." CVPR 2023, pp. 16312-16322.
 
-Client: CE + mean over the batch of (CPCL + UPCR); round 0 has no prototypes and
-trains CE alone. Server: FedAvg of the weights; per class, FINCH over the clients'
+Client: CE + lambda * mean over the batch of (CPCL + UPCR), lambda 1 by default (the
+paper's and its code's loss, unweighted; FedPLVM's Figure 4 varies it); round 0 has no
+prototypes and trains CE alone. Server: FedAvg of the weights; per class, FINCH over the clients'
 prototypes gives the cluster prototypes, whose mean is the unbiased prototype
 (docs/deviations.md, 5, 6). The ablation switches of the paper are hyperparameters:
 `cpcl`, `upcr` (Table 1), `upcr_target` unbiased | global (Table 3) and `cpcl_protos`
@@ -54,7 +55,7 @@ class FPLClient(ClientModule):
         if hp["upcr"]:
             target = p.unbiased_protos if hp["upcr_target"] == "unbiased" else p.global_protos
             loss = loss + upcr_loss(z, y, target, hp["upcr_reduction"])
-        return loss
+        return hp["lambda"] * loss
 
 
 class FPLServer(FedAvgServer):

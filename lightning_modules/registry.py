@@ -88,7 +88,7 @@ def _check_fedopt(hp):
 
 
 def _check_fpl(hp):
-    _positive("tau")(hp)
+    _positive("tau", "lambda")(hp)
     _boolean("cpcl", "upcr")(hp)
     _choices(upcr_target=("unbiased", "global"), cpcl_protos=("cluster", "global"), upcr_reduction=("mean", "sum"))(hp)
 
@@ -230,6 +230,8 @@ FPL_DEFAULTS = dict(
     upcr_target="unbiased",  # Table 3: UPCR towards the unbiased (U) or the plain mean "global" (G) prototypes (dev. 13)
     cpcl_protos="cluster",  # Fig. 5: CPCL against the FINCH cluster (dev. 6) or the "global" mean prototypes
     upcr_reduction="mean",  # UPCR over the feature dimensions: the code's "mean" or the paper's Eq. 10 "sum" (dev. 17)
+    # weight of CPCL + UPCR against CE: 1, FPL's loss CE + CPCL + UPCR; FedPLVM's Figure 4 sweeps it (dev. 38)
+    **{"lambda": 1.0},
 )
 
 

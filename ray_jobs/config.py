@@ -243,7 +243,12 @@ class RunConfig:
         dom = "" if not self.dropped_domains else "-no_" + "_".join(self.dropped_domains)
         skew = "" if self.dirichlet_alpha is None else f"-dirichlet{self.dirichlet_alpha:g}"
         part = "" if self.participation == 1 else f"-part{self.participation:g}"
-        return f"{self.method}-{self.dataset}{dom}-{self.split}{skew}{part}-seed{self.seed}"
+        # each hyperparameter away from the method's default (a grid's point, --hp): -alpha0.125; at the default none,
+        # so a grid's default point is the method's plain run
+        defaults = METHODS[self.method].defaults
+        hp = "".join(f"-{k}{v:g}" if isinstance(v, float) else f"-{k}{v}"
+                     for k, v in self.hparams.items() if v != defaults[k])
+        return f"{self.method}-{self.dataset}{dom}-{self.split}{skew}{hp}{part}-seed{self.seed}"
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)

@@ -14,20 +14,29 @@ from pathlib import Path
 
 from benchmark.data import DataError
 from benchmark.figures import (DEMO_RUNS, FORMATS, FigureError, demo_figures, fedproto_figures, plot_bars, plot_curves,
-                               plot_local_prototypes, plot_tsne)
+                               plot_grid, plot_local_prototypes, plot_tsne)
 from benchmark.results import MODEL_FILE, read_jsonl
+from lightning_modules.registry import METHODS
 from ray_jobs.tables import METRICS, TABLES, make_target
 
 RUNS_LINE = "Runs: "  # the last line of a table report (ray_jobs.report) lists its runs
 
 
 def table_figures(table: str, run_dirs, out_dir: Path, title: str = "") -> dict:
-    """A table report's figures in out_dir: curves.{png,svg} and bars.{png,svg} beside the paper's table.
-    Returns {"curves": curve data, "bars": bar data, "files": [paths]}."""
+    """A table report's figures in out_dir: curves.{png,svg} and bars.{png,svg} beside the paper's table; a grid
+    table's (FedPLVM's Figures 4 and 5) grid.{png,svg}, accuracy against the hyperparameter's value. Returns
+    {"curves": curve data, "bars": bar data, "files": [paths]} ({"grid": grid data, "files": [paths]})."""
     out_dir = Path(out_dir)
     if table == "fedproto":  # FedProto's Tables 1 and 2: no domains, one split per n and stdev
         return fedproto_figures(run_dirs, out_dir, title)
     spec = TABLES[table]
+    if spec.grid is not None:
+        name = spec.grid[0]
+        methods = dict.fromkeys(m for m, _ in spec.row_list())
+        grid = plot_grid(run_dirs, name, out_dir / "grid", f"{title}:\n{METRICS[spec.metric]} against {name} (mean "
+                         "over seeds, error bars: ± std)", metric=spec.metric,
+                         defaults={m: METHODS[m].defaults[name] for m in methods})
+        return {"grid": grid, "files": [out_dir / f"grid.{f}" for f in FORMATS]}
     curves = plot_curves(run_dirs, out_dir / "curves", f"{title}: accuracy over rounds (mean over seeds, band: ± std)")
     bars = plot_bars(run_dirs, spec.paper, out_dir / "bars",
                      f"{title}: {METRICS[spec.metric]}, ours (solid, ± std) beside the paper (hatched)", metric=spec.metric)

@@ -20,7 +20,8 @@ def domains_for(dataset: str, requested: list[str] | None) -> list[str]:
 
 def plan(table: str, profile: str, requested_domains: list[str] | None, results_dir: Path, data_root: str | None,
          extra: dict | None = None) -> list[RunConfig]:
-    """Every run of the table (its data is checked by `check_data`, for the runs a sweep will make)."""
+    """Every run of the table, for each row its grid's values (a grid table) and seeds (its data is checked by
+    `check_data`, for the runs a sweep will make)."""
     spec = TABLES[table]
     root = resolve_data_root(data_root)
     every = list(dict.fromkeys(d for ds in DATASETS.values() for d in ds))
@@ -31,11 +32,13 @@ def plan(table: str, profile: str, requested_domains: list[str] | None, results_
     dataset_of = {p: PRESETS[p]["dataset"] for _, p in rows}
     runs = []
     for method, preset in rows:
-        for seed in spec.seeds_for(profile):
-            cfg = RunConfig.from_preset(preset, method=method, domains=domains_for(dataset_of[preset], requested_domains),
-                                        seed=seed, data_root=str(root), wandb_group=f"{report_name(table)}-{profile}",
-                                        **{**spec.overrides(profile), **(extra or {})})
-            runs.append(dataclasses.replace(cfg, out=str(results_dir / "runs" / cfg.run_name)))
+        for hparams in spec.hparam_sets(profile):
+            for seed in spec.seeds_for(profile):
+                cfg = RunConfig.from_preset(preset, method=method, hparams=hparams, seed=seed, data_root=str(root),
+                                            domains=domains_for(dataset_of[preset], requested_domains),
+                                            wandb_group=f"{report_name(table)}-{profile}",
+                                            **{**spec.overrides(profile), **(extra or {})})
+                runs.append(dataclasses.replace(cfg, out=str(results_dir / "runs" / cfg.run_name)))
     return runs
 
 

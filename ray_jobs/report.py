@@ -199,7 +199,15 @@ def report(table: str, profile: str, runs: list[RunConfig], results_dir: Path) -
         lines += [f"Figure 9 of FedPLVM: {spec.prototype_count_figure}'s local clustered prototypes per class over "
                   f"rounds, per domain ([SVG]({rel}/local_prototypes.svg)).", "",
                   f"![local prototypes per class]({rel}/local_prototypes.png)", ""]
-    lines += [RUNS_LINE + ", ".join(sorted({c.run_name for c in runs})), ""]
+    df = write_report(results_dir, name, lines, csv_rows, runs)
+    log_wandb(table, profile, df, figs)
+    return df
+
+
+def write_report(results_dir: Path, name: str, lines: list[str], csv_rows: list[dict], runs: list[RunConfig]) -> pd.DataFrame:
+    """results_dir/<name>.md (`lines`, then the runs, the code's commits and the hardware) and <name>.csv
+    (`csv_rows`); returns the csv's frame."""
+    lines = [*lines, RUNS_LINE + ", ".join(sorted({c.run_name for c in runs})), ""]
     provs = [json.loads((Path(c.out) / "config.json").read_text()).get("provenance") for c in runs]
     lines += [f"Code: commit {' | '.join(sorted({commit_label(p) for p in provs}))}. "
               f"Hardware: {' | '.join(sorted({hardware_label(p) for p in provs}))}.", ""]
@@ -207,7 +215,6 @@ def report(table: str, profile: str, runs: list[RunConfig], results_dir: Path) -
     atomic_write(results_dir / f"{name}.md", "\n".join(lines))
     df = pd.DataFrame(csv_rows)
     atomic_write(results_dir / f"{name}.csv", df.to_csv(index=False))
-    log_wandb(table, profile, df, figs)
     return df
 
 
@@ -245,7 +252,7 @@ def client_avg_lines(spec, ds: str, methods: list[str], sub: pd.DataFrame, cfg: 
 
 def log_wandb(table: str, profile: str, df: pd.DataFrame, figs: dict) -> None:
     """The sweep's report run in the sweep's group: the report as a table, a line chart of AVG per round per
-    method for each dataset, and the figures."""
+    method for each dataset (where the figures have curves), and the figures."""
     mode = wandb_mode()
     if mode == "disabled":
         return
@@ -254,9 +261,9 @@ def log_wandb(table: str, profile: str, df: pd.DataFrame, figs: dict) -> None:
     name = report_name(table)
     run = wandb.init(project="fedproto-bench", group=f"{name}-{profile}", name=f"{name}-{profile}-report",
                      mode=mode, job_type="report", reinit="create_new")
-    curves = figs["curves"][figs["curves"].domain == "AVG"]
     charts = {}
-    for ds, sub in curves.groupby("dataset", sort=False):
+    curves = figs["curves"][figs["curves"].domain == "AVG"] if "curves" in figs else pd.DataFrame(columns=["dataset"])
+    for ds, sub in curves.groupby("dataset", sort=False):  # a grid table's report has no curves
         lines = {m: g.sort_values("round") for m, g in sub.groupby("method", sort=False)}
         charts[f"avg_per_round/{ds}"] = wandb.plot.line_series(
             xs=[g["round"].tolist() for g in lines.values()], ys=[g["mean"].tolist() for g in lines.values()],

@@ -114,7 +114,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="32-true (float32, as the references) or bf16-mixed (bfloat16 autocast, Lightning's plugin)")
     p.add_argument("--data-root", default=None, help="default: $BENCH_DATA_ROOT, ./data, ../shared/data")
     p.add_argument("--out", default=None, help=f"run folder (default {DEFAULT_OUT}/<run-name>)")
-    p.add_argument("--name", default=None, help="run name (default method-dataset-split-seed)")
+    p.add_argument("--name", default=None, help="run name (default method-dataset-split-seed; each --hp away from the method's default before -seed, '-alpha0.5')")
     p.add_argument("--wandb-project", default=d["wandb_project"].default)
     p.add_argument("--wandb-group", default=None)
     p.add_argument("--quiet", action="store_true", help="no progress bar or per-round lines")

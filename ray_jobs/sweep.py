@@ -5,10 +5,12 @@ beside the paper.
     python -m ray_jobs.sweep --table fedproto [--profile full|smoke]   # FedProto's Tables 1 and 2, its own report
     python -m ray_jobs.sweep --table fedapc    # FedAPC's Tables I and II under its 8-client protocol
     python -m ray_jobs.sweep --table all       # every registered method (not the ablation variants), FPL's protocol
+    python -m ray_jobs.sweep --table fedplvm_fig4a   # a hyperparameter grid (FedPLVM's Figures 4, 5), its own report
     python -m ray_jobs.sweep --table 2 --methods fedavg,fpl --seeds 0 --datasets digits   # part of a table
 
 The tables (their runs as method x preset, the paper's numbers, the metric, the seeds)
-are data in `ray_jobs.tables`; `ray_jobs.plan` makes their runs, `ray_jobs.report` their reports.
+are data in `ray_jobs.tables`; `ray_jobs.plan` makes their runs, `ray_jobs.report` their reports
+(`ray_jobs.report_fedproto` FedProto's, `ray_jobs.report_grid` a hyperparameter grid's).
 A run whose complete summary.json exists is not run again, so an interrupted
 sweep continues where it stopped. Runs go to Ray concurrently as far as the
 cluster's resources allow (RAY_ADDRESS for a cluster, else a local instance);
@@ -36,7 +38,7 @@ from tqdm import tqdm
 from benchmark.data import DataError
 from benchmark.protocols import ConfigError
 from benchmark.results import run_complete
-from ray_jobs import report_fedproto
+from ray_jobs import report_fedproto, report_grid
 from ray_jobs.config import RunConfig
 from ray_jobs.plan import check_data, plan, select
 from ray_jobs.progress import SweepProgress
@@ -290,6 +292,9 @@ def main(argv: list[str] | None = None) -> int:
             try:
                 if t == "fedproto":  # per stdev, n and inference rule, beside the paper's Tables 1 and 2 (ray_jobs.report_fedproto)
                     dfs[t], figs = report_fedproto.report(args.profile, runs[t], results_dir)
+                    log_wandb(t, args.profile, dfs[t], figs)
+                elif TABLES[t].grid is not None:  # a hyperparameter grid (FedPLVM's Figures 4, 5): ray_jobs.report_grid
+                    dfs[t], figs = report_grid.report(t, args.profile, runs[t], results_dir)
                     log_wandb(t, args.profile, dfs[t], figs)
                 else:
                     dfs[t] = report(t, args.profile, runs[t], results_dir)

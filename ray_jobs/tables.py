@@ -48,12 +48,25 @@ class Table:
     # the methods whose rows the smoke profile runs (None: every row): a table beside others in a group, whose
     # other rows run the same code paths there
     smoke_methods: tuple[str, ...] | None = None
+    # a hyperparameter grid (FedPLVM's Figures 4 and 5): (name, values); each (method, preset) row runs once per value,
+    # the value in the run's `hparams` over the method's default; a value equal to the default is the row's plain run
+    # (its name has no suffix: `RunConfig.run_name`), shared with the table that runs it; its own report
+    # (`ray_jobs.report_grid`)
+    grid: tuple[str, tuple] | None = None
+    smoke_grid: tuple | None = None  # the grid's values the smoke profile runs (None: all)
 
     def row_list(self, profile: str = "full") -> list[tuple[str, str]]:
         rows = self.rows() if callable(self.rows) else self.rows
         if profile == "smoke" and self.smoke_methods is not None:
             rows = [(m, p) for m, p in rows if m in self.smoke_methods]
         return rows
+
+    def hparam_sets(self, profile: str = "full") -> list[dict]:
+        """Each row's runs' hparams: one per grid value ({name: value}), or [{}] (the method's defaults)."""
+        if self.grid is None:
+            return [{}]
+        name, values = self.grid
+        return [{name: v} for v in (self.smoke_grid if profile == "smoke" and self.smoke_grid is not None else values)]
 
     def seeds_for(self, profile: str) -> tuple[int, ...]:
         return self.seeds if profile == "full" else SMOKE_SEEDS
@@ -139,9 +152,23 @@ TABLES["fedplvm10"] = Table("FedPLVM Table 10 (unbalanced clients: MNIST 1, SVHN
 TABLES["fedplvm11"] = Table("FedPLVM Table 11 (privacy: DP-SGD local model / Gaussian noise on the local prototypes)",
                             [(m, "fedplvm-digit5") for m in paper.FEDPLVM_TABLE11], paper.FEDPLVM_TABLE11,
                             **_FEDPLVM, smoke_methods=("fedplvm_dp_both",))
+# Figures 4 and 5 (sections 5.2.2, 5.3): plots without numbers; our grids (docs/deviations.md, 38), each method's
+# default point the Table 1-2 run itself. Smoke: two values of one method, the default (shared with Table 1's smoke
+# run) and one other; Figure 5 its default alone (the other values run the same code)
+TABLES |= {
+    "fedplvm_fig4a": Table("FedPLVM Figure 4 left (sparsity alpha; alpha = 1: the plain cosine, the baseline)",
+                           [("fedplvm", "fedplvm-digit5")], {}, **_FEDPLVM,
+                           grid=("alpha", (0.125, 0.25, 0.5, 0.75, 1.0)), smoke_grid=(0.25, 1.0)),
+    "fedplvm_fig4b": Table("FedPLVM Figure 4 right (prototype loss weight lambda, FPL and FedPLVM)",
+                           [(m, "fedplvm-digit5") for m in ("fpl", "fedplvm")], {}, **_FEDPLVM,
+                           grid=("lambda", (0.1, 1.0, 10.0, 100.0)), smoke_methods=("fpl",), smoke_grid=(1.0, 10.0)),
+    "fedplvm_fig5": Table("FedPLVM Figure 5 (temperature tau)", [("fedplvm", p) for p in FEDPLVM_PRESETS], {},
+                          **_FEDPLVM, grid=("tau", (0.02, 0.045, 0.07, 0.1, 0.2)), smoke_grid=(0.07,)),
+}
 # a name for several tables swept together (runs they share run once): make table-fedplvm
 GROUPS: dict[str, tuple[str, ...]] = {"fedplvm": ("fedplvm12", "fedplvm3", "fedplvm4", "fedplvm5", "fedplvm78",
-                                                  "fedplvm9", "fedplvm10", "fedplvm11", "fedplvm_t12")}
+                                                  "fedplvm9", "fedplvm10", "fedplvm11", "fedplvm_t12", "fedplvm_fig4a",
+                                                  "fedplvm_fig4b", "fedplvm_fig5")}
 
 
 # What we know of why our numbers differ from a paper's: (table, dataset, method, domain) -> a note, "*" for any;

@@ -12,6 +12,7 @@ import pytest
 
 from benchmark import paper
 from benchmark.results import read_jsonl
+from lightning_modules.registry import METHODS
 from ray_jobs.config import RunConfig
 from ray_jobs.plan import plan
 from ray_jobs.report import setting_line
@@ -83,9 +84,9 @@ def test_ablation_tables_and_the_shared_run(smoke, data_root):
         df = pd.read_csv(smoke / f"tablefedplvm{t}.csv")
         assert list(dict.fromkeys(df.method)) == methods and df.paper.isna().all()
         assert "The paper gives only an AVG over all of its domains" in (smoke / f"tablefedplvm{t}.md").read_text()
-    # every ablation's FedPLVM row is the one Digit-5 run of Tables 1-2; 26 distinct runs in all
+    # every ablation's FedPLVM row is the one Digit-5 run of Tables 1-2; 28 distinct runs in all (Table 11's 1 and the grids' 2 new)
     names = sorted(p.name for p in (smoke / "runs").iterdir())
-    assert len(names) == 26 and names.count("fedplvm-digit5-no_svhn_syn_mnistm-default-seed0") == 1
+    assert len(names) == 28 and names.count("fedplvm-digit5-no_svhn_syn_mnistm-default-seed0") == 1
     v = summary(smoke, "fedplvm-digit5-no_svhn_syn_mnistm-default-seed0")["final"]["AVG"]
     for t in ("3", "4", "5"):
         df = pd.read_csv(smoke / f"tablefedplvm{t}.csv")
@@ -95,7 +96,7 @@ def test_ablation_tables_and_the_shared_run(smoke, data_root):
                                                               for m in ("fedplvm", "fedplvm_no_global_clustering")}
     # resumable: a second sweep of the group runs nothing
     runs = {r.out: r for t in GROUPS["fedplvm"] for r in plan(t, "smoke", DOMAINS.split(","), smoke, str(data_root))}
-    assert len(runs) == 26 and execute(list(runs.values()), None) == []
+    assert len(runs) == 28 and execute(list(runs.values()), None) == []
 
 
 def test_tables_7_and_8_label_skew(smoke):
@@ -211,3 +212,81 @@ def test_figure_9_local_prototypes_per_class_from_what_each_client_uploaded(smok
     assert "![local prototypes per class](figures/tablefedplvm12/local_prototypes.png)" in md
     assert (smoke / "figures" / "tablefedplvm12" / "local_prototypes.svg").exists()
     assert "local_prototypes.png" not in (smoke / "tablefedplvm3.md").read_text()  # Table 1's figure only
+
+
+# --------------------------------------------------------------------------- Figures 4 and 5: hyperparameter grids
+GRIDS = {"fedplvm_fig4a": ("alpha", [0.125, 0.25, 0.5, 0.75, 1.0], ["fedplvm"], ["digit5"]),
+         "fedplvm_fig4b": ("lambda", [0.1, 1.0, 10.0, 100.0], ["fpl", "fedplvm"], ["digit5"]),
+         "fedplvm_fig5": ("tau", [0.02, 0.045, 0.07, 0.1, 0.2], ["fedplvm"], ["digit5", "office10"])}
+
+
+def test_grid_tables_plan_a_run_per_value_the_default_one_table_1s(data_root, tmp_path):
+    """Each grid table's full plan: a run per row, value and seed, the value in its hparams over the method's
+    default; the run at the default is Table 1-2's own (same name, folder and protocol), the others' names say
+    the value."""
+    from benchmark.results import protocol
+
+    t12 = {c.out: c for c in plan("fedplvm12", "full", DOMAINS.split(","), tmp_path, str(data_root))}
+    for table, (name, values, methods, datasets) in GRIDS.items():
+        runs = plan(table, "full", DOMAINS.split(","), tmp_path, str(data_root))
+        assert len(runs) == len(values) * len(methods) * len(datasets) * 3
+        assert {c.seed for c in runs} == {0, 1, 2} and table in GROUPS["fedplvm"]
+        for m in methods:
+            for ds in datasets:
+                got = [c for c in runs if c.method == m and c.dataset == ds and c.seed == 1]
+                assert [c.hparams[name] for c in got] == values
+                default = METHODS[m].defaults[name]
+                for c in got:
+                    assert c.hparams == {**METHODS[m].defaults, name: c.hparams[name]}
+                    dom = "no_svhn_syn_mnistm" if ds == "digit5" else "no_caltech_webcam"
+                    suffix = "" if c.hparams[name] == default else f"-{name}{c.hparams[name]:g}"
+                    assert c.run_name == f"{m}-{ds}-{dom}-default{suffix}-seed1"
+                    if c.hparams[name] == default:  # the very run of Tables 1 and 2
+                        assert protocol(t12[c.out]) == protocol(c)
+                    else:
+                        assert c.out not in t12
+    names = [c.run_name for c in plan("fedplvm_fig4b", "full", None, tmp_path, str(data_root)) if c.seed == 0]
+    assert names == ["fpl-digit5-default-lambda0.1-seed0", "fpl-digit5-default-seed0", "fpl-digit5-default-lambda10-seed0",
+                     "fpl-digit5-default-lambda100-seed0", "fedplvm-digit5-default-lambda0.1-seed0",
+                     "fedplvm-digit5-default-lambda1-seed0", "fedplvm-digit5-default-lambda10-seed0",
+                     "fedplvm-digit5-default-seed0"]
+    # 54 runs beside Tables 1-2's: the group's full plan
+    group = {c.out for t in GROUPS["fedplvm"] for c in plan(t, "full", None, tmp_path, str(data_root))}
+    others = {c.out for t in GROUPS["fedplvm"] if TABLES[t].grid is None for c in plan(t, "full", None, tmp_path,
+                                                                                        str(data_root))}
+    assert len(group - others) == 3 * (4 + 3 + 3 + 4 * 2)
+
+
+def test_grid_reports_and_figures(smoke):
+    """The grids' smoke profile in the group: Figure 4 left at alpha 0.25 (Table 1's run) and 1, Figure 4 right FPL at
+    lambda 1 (Table 1's FPL run) and 10, Figure 5 at tau 0.07 (Table 1-2's runs); each report's cells are the runs'
+    final values, the figure redrawn by `python -m ray_jobs.figures all`."""
+    from ray_jobs import figures as cli
+
+    dom = {"digit5": "no_svhn_syn_mnistm", "office10": "no_caltech_webcam"}
+    expect = {"fedplvm_fig4a": [("fedplvm", "digit5", 0.25, ""), ("fedplvm", "digit5", 1.0, "-alpha1")],
+              "fedplvm_fig4b": [("fpl", "digit5", 1.0, ""), ("fpl", "digit5", 10.0, "-lambda10")],
+              "fedplvm_fig5": [("fedplvm", "digit5", 0.07, ""), ("fedplvm", "office10", 0.07, "")]}
+    for table, rows in expect.items():
+        name = GRIDS[table][0]
+        df = pd.read_csv(smoke / f"table{table}.csv")
+        assert len(df) == 3 * len(rows)
+        for m, ds, v, suffix in rows:
+            s = summary(smoke, f"{m}-{ds}-{dom[ds]}-default{suffix}-seed0")
+            assert s["hparams"][name] == v and s["rounds"] == 2
+            for d, acc in s["final"].items():
+                cell = df[(df.method == m) & (df.dataset == ds) & (df.value == v)
+                          & (df.domain == (d if d != "AVG" else "AVG of 2"))].iloc[0]
+                assert cell["ours_mean"] == pytest.approx(acc, abs=1e-4) and cell["seeds"] == 1
+                assert cell["default"] == (v == METHODS[m].defaults[name]) and cell["hparam"] == name
+        md = (smoke / f"table{table}.md").read_text()
+        assert md.startswith(f"# {TABLES[table].title}: reproduction (smoke profile")
+        assert f"![accuracy against {name}](figures/table{table}/grid.png)" in md
+    md = (smoke / "tablefedplvm_fig4b.md").read_text()
+    s = summary(smoke, "fpl-digit5-no_svhn_syn_mnistm-default-lambda10-seed0")["final"]
+    assert f"| fpl | 10 | {s['mnist']:.2f} | {s['usps']:.2f} | {s['AVG']:.2f} |" in md
+    assert "| fpl | 1 (default) |" in md
+    fig = smoke / "figures" / "tablefedplvm_fig4a" / "grid.png"
+    fig.unlink()
+    written = cli.regenerate([smoke])
+    assert fig.exists() and fig in written

@@ -98,9 +98,67 @@ def test_ablation_switches_change_exactly_their_terms(case, name, expected):
     assert got == pytest.approx(sum(terms[t] for t in expected), rel=1e-4)
 
 
+def fpl_loss(hparams, z, y, payload):
+    module = FPLClient(ResNet10(10), {**METHODS["fpl"].defaults, **hparams})
+    module.start_round(4, payload, module.net.state_dict())
+    return module.extra_loss(None, y, None, z)
+
+
+def test_lambda_weighs_the_prototype_terms(case):
+    """lambda = 1 (the default) is FPL's loss before the weight existed, CPCL + UPCR exactly; lambda = 2 doubles it."""
+    z, y, p, terms = case
+    today = cpcl_loss(z, y, p.cluster_protos, p.cluster_labels, 0.02) + upcr_loss(z, y, p.unbiased_protos, "mean")
+    assert torch.equal(fpl_loss({}, z, y, p), today) and torch.equal(fpl_loss({"lambda": 1.0}, z, y, p), today)
+    assert float(fpl_loss({"lambda": 2.0}, z, y, p)) == pytest.approx(2 * (terms["cpcl_cluster"] + terms["upcr_unbiased"]),
+                                                                     rel=1e-4)
+
+
+def test_lambda_by_hand():
+    """Two samples, two 2-d cluster prototypes (1, 0) of class 0 and (0, 1) of class 1, tau 0.5: each sample's cosine
+    is 1 with its class's prototype and 0 with the other's, CPCL = log(1 + e^-2) for both; UPCR: z = (1, 0) is its
+    unbiased prototype (0), z = (0, 2) is (0, 1) away, mean over 2 dims 0.5; batch means log(1 + e^-2) + 0.25."""
+    protos = torch.tensor([[1.0, 0.0], [0.0, 1.0]])
+    unbiased = torch.full((10, 2), NAN)
+    unbiased[:2] = protos
+    p = FPLRound(cluster_protos=protos, cluster_labels=torch.tensor([0, 1]), unbiased_protos=unbiased,
+                 global_protos=unbiased)
+    z, y = torch.tensor([[1.0, 0.0], [0.0, 2.0]]), torch.tensor([0, 1])
+    hand = math.log(1 + math.exp(-2)) + 0.25
+    for lam in (1.0, 2.0, 0.1):
+        assert float(fpl_loss({"tau": 0.5, "lambda": lam}, z, y, p)) == pytest.approx(lam * hand, rel=1e-6)
+
+
+def test_a_run_recorded_before_fpl_had_lambda_ran_lambda_1(tmp_path):
+    """FPL's runs recorded before `lambda` existed (their hparams lack it) are complete for lambda = 1, not for
+    another lambda; a checkpoint's protocol the same; FedPLVM's, which always recorded its lambda, compare as recorded."""
+    import json
+
+    from benchmark.checkpoint import protocol_difference
+    from benchmark.results import is_complete, protocol
+
+    cfg = RunConfig.from_preset("fedplvm-digit5", method="fpl")
+    old = protocol(cfg)
+    old["hparams"] = {k: v for k, v in old["hparams"].items() if k != "lambda"}
+    (tmp_path / "summary.json").write_text(json.dumps({"complete": True, "protocol": old}))
+    assert is_complete(tmp_path, protocol(cfg))
+    assert not is_complete(tmp_path, protocol(RunConfig.from_preset("fedplvm-digit5", method="fpl", hparams={"lambda": 2.0})))
+    assert protocol_difference(old, protocol(cfg)) == []
+    assert protocol_difference(old, protocol(RunConfig.from_preset("fedplvm-digit5", method="fpl",
+                                                                   hparams={"lambda": 2.0}))) != []
+    plvm = protocol(RunConfig.from_preset("fedplvm-digit5", method="fedplvm"))  # its lambda (100) recorded
+    (tmp_path / "summary.json").write_text(json.dumps({"complete": True, "protocol": plvm}))
+    assert is_complete(tmp_path, plvm)
+    assert not is_complete(tmp_path, protocol(RunConfig.from_preset("fedplvm-digit5", method="fedplvm",
+                                                                     hparams={"lambda": 1.0})))
+    # a method without lambda gains none: FedAvg's old runs compare as they are
+    avg = protocol(RunConfig.from_preset("fedplvm-digit5", method="fedavg"))
+    (tmp_path / "summary.json").write_text(json.dumps({"complete": True, "protocol": avg}))
+    assert is_complete(tmp_path, avg) and "lambda" not in avg["hparams"]
+
+
 def test_ablation_defaults():
     base = {"tau": 0.02, "cpcl": True, "upcr": True, "upcr_target": "unbiased", "cpcl_protos": "cluster",
-            "upcr_reduction": "mean"}
+            "upcr_reduction": "mean", "lambda": 1.0}
     assert METHODS["fpl"].defaults == base
     assert METHODS["fpl_cpcl_only"].defaults == {**base, "upcr": False}
     assert METHODS["fpl_upcr_only"].defaults == {**base, "cpcl": False}
@@ -118,7 +176,7 @@ BAD = [
     ("fedopt", "server_momentum", "0.9"),
     ("fedproc", "temperature", -1.0),
     ("fedproto", "mu", 0),
-    ("fpl", "tau", 0), ("fpl", "tau", -0.02), ("fpl", "tau", "abc"),
+    ("fpl", "tau", 0), ("fpl", "tau", -0.02), ("fpl", "tau", "abc"), ("fpl", "lambda", 0), ("fpl", "lambda", True),
     ("fpl", "cpcl", "False"), ("fpl", "upcr", 1), ("fpl", "upcr_target", "mean"), ("fpl", "cpcl_protos", "local"), ("fpl", "upcr_reduction", "max"),
     ("fedopt", "weighting", "clients"), ("moon", "frozen_mode", True), ("moon", "initial_previous", "start"),
     ("moon", "double_forward", "yes"), ("fedproto", "double_forward", 2),
