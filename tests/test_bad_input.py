@@ -149,7 +149,7 @@ def test_split_asks_more_than_the_domain_has(capsys, tmp_path, data_root, monkey
     (["--num-actors", "0"], "num-actors must be at least 1 (got 0)."),
     (["--checkpoint-every", "0"], "checkpoint-every must be at least 1 (got 0)."),
     (["--hp", "tau"], "--hp takes name=value (got 'tau')."),
-    (["--hp", "mu=0.5"], "unknown hyperparameter(s) ['mu'] for fpl; it takes: cpcl, cpcl_protos, tau, upcr"),
+    (["--hp", "mu=0.5"], "unknown hyperparameter(s) ['mu'] for fpl; it takes: cpcl, cpcl_protos, lambda, tau, upcr"),
     (["--rounds", "two"], "argument --rounds: invalid int value: 'two'; see `python -m ray_jobs.run --help`."),
     (["--rounds", "2.5"], "argument --rounds: invalid int value: '2.5'"),
     (["--client-fraction", "half"], "argument --client-fraction: invalid float value: 'half'"),
