@@ -41,6 +41,11 @@ SPLITS: dict[str, dict[str, dict[str, int]]] = {
     "mnist": {f"{n}way{s}": {"mnist": 20} for n in (3, 4, 5) for s in ("", "-s3")},
     "office10": {"default": {d: 1 for d in DATASETS["office10"]}},
 }
+# FPL's Digits at scale (docs/scale.md): each domain's clients of the code split times 5 (100 clients) or 25 (500),
+# each client's share of its domain divided by the same factor, so the run holds the same number of images; the
+# presets scale-digits-100 and scale-digits-500 run them at --participation 0.1
+SCALED_DIGITS = {"100clients": 5, "500clients": 25}
+SPLITS["digits"] |= {name: {d: n * k for d, n in SPLITS["digits"]["code"].items()} for name, k in SCALED_DIGITS.items()}
 DEFAULT_SPLIT = {"digits": "code", "office_caltech": "default", "digit5": "default", "office10": "default", "mnist": "3way"}
 RANDOM_SPLIT = "random"  # the split drawn from the seed, as RethinkFL's --rand_dataset does (`reference_random_split`)
 
@@ -81,6 +86,14 @@ DATASET_SPECS: dict[str, DatasetSpec] = {
                          transform=Transform(mean=(0.1307,), std=(0.3081,), augment=False)),
 }
 
+def client_share(dataset: str, split: str, spec: DatasetSpec) -> float | None:
+    """Each client's share of its domain's training set under a share protocol (FPL's): the dataset's `client_pct`,
+    divided by the split's scale factor (`SCALED_DIGITS`)."""
+    if spec.client_pct is None:
+        return None
+    return spec.client_pct / (SCALED_DIGITS.get(split, 1) if dataset == "digits" else 1)
+
+
 # A paper's run protocol by name: RunConfig field values (the dataset's own protocol is its DatasetSpec).
 _FPL = dict(rounds=100, local_epochs=10, batch_size=64, lr=0.01, momentum=0.9, weight_decay=1e-5)
 _FEDPLVM = dict(local_epochs=2, batch_size=32, lr=0.01, momentum=0.5, weight_decay=1e-5, drop_last=True,
@@ -98,6 +111,9 @@ PRESETS: dict[str, dict] = {
     **{f"fedproto-mnist-n{n}{s}": dict(dataset="mnist", split=f"{n}way{s}", rounds=100, local_epochs=1, batch_size=4,
                                        lr=0.01, momentum=0.5, weight_decay=0.0, drop_last=True)
        for n in (3, 4, 5) for s in ("", "-s3")},
+    # FPL's protocol with 100 or 500 Digits clients, a tenth of them drawn each round (issue 26, docs/scale.md)
+    **{f"scale-digits-{name[:-7]}": dict(dataset="digits", split=name, participation=0.1, **_FPL)
+       for name in SCALED_DIGITS},
     "fedapc-digits": dict(dataset="digits", **_FEDAPC),  # FedAPC (2025), section 3
     "fedapc-office": dict(dataset="office_caltech", **_FEDAPC),
 }

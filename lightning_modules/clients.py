@@ -53,6 +53,8 @@ from lightning_modules.registry import METHODS
 from lightning_modules.server import RoundPayload, State, accumulate
 
 ENGINES = ("auto", "sequential", "fused")  # how a group trains its clients (`resolve_engine`)
+# where a group keeps its clients between their rounds (`resolve_client_memory`)
+CLIENT_MEMORY = ("auto", "device", "host")
 
 
 def aggregation_weight(cfg, rule, n: int) -> float:
@@ -81,20 +83,33 @@ def resolve_engine(name: str, device: torch.device, hparams=None) -> str:
     return name
 
 
+def resolve_client_memory(name: str, participation: float) -> str:
+    """auto: host memory when a round trains a share of the clients (`--participation` below 1), the device
+    otherwise (every client trains every round: nothing to gain from moving them)."""
+    if name == "auto":
+        return "host" if participation < 1 else "device"
+    return name
+
+
 class StaleClientStates(RuntimeError):
     """A client group was asked to train a round without its clients' states of the round before (its
     process was restarted since): the driver gives them back and asks again."""
 
 
-def to_cpu(obj):
-    """A client state (tensors, possibly in dicts, lists, tuples) with every tensor on the CPU."""
+def to_device(obj, device: torch.device | str):
+    """A client state (tensors, possibly in dicts, lists, tuples) with every tensor on `device`."""
     if torch.is_tensor(obj):
-        return obj.detach().cpu()
+        return obj.detach().to(device)
     if isinstance(obj, dict):
-        return {k: to_cpu(v) for k, v in obj.items()}
+        return {k: to_device(v, device) for k, v in obj.items()}
     if isinstance(obj, (list, tuple)):
-        return type(obj)(to_cpu(v) for v in obj)
+        return type(obj)(to_device(v, device) for v in obj)
     return obj
+
+
+def to_cpu(obj):
+    """A client state with every tensor on the CPU."""
+    return to_device(obj, "cpu")
 
 
 def client_generator(seed: int, round_idx: int, client_id: int) -> torch.Generator:
@@ -105,6 +120,7 @@ def client_generator(seed: int, round_idx: int, client_id: int) -> torch.Generat
 
 class ClientGroup:
     states_round = -1  # client_states are those after this round (-1: none yet, a fresh process)
+    host_resident = False  # (`__init__` sets it from the config)
 
     def __init__(self, cfg, clients: list[dict], data_root: str):
         self.cfg = cfg
@@ -112,6 +128,13 @@ class ClientGroup:
         if self.device.type == "cpu":  # the actor's CPU share, in or out of Ray: same kernels, same numbers
             torch.set_num_threads(max(1, int(cfg.cpus_per_actor)))
         self.clients = clients
+        # host: the clients' images, own test samples, persistent states and own models live in host memory
+        # (pinned on CUDA) and only the clients training or tested now are on the device (`on_device`, bookkept:
+        # `peak_on_device` is the most clients' tensors the device held at once); device: all of them, always
+        self.host_resident = resolve_client_memory(cfg.client_memory, cfg.participation) == "host"
+        self.home = torch.device("cpu") if self.host_resident else self.device
+        self.on_device: set[int] = set() if self.host_resident else {c["id"] for c in clients}
+        self.peak_on_device = len(self.on_device)
         spec = cfg.dataset_spec
         domains = sorted({c["domain"] for c in clients})
         # clients tested in the group: those with their own test samples, and under a rule that gives each client a
@@ -129,13 +152,12 @@ class ClientGroup:
         for c in clients:
             dom = raw[c["domain"]]
             idx = np.asarray(c["indices"])
-            x = to_tensor_images(dom.train_x[idx], spec.image_size, spec.channels).to(self.device)
-            y = torch.from_numpy(dom.train_y[idx]).to(self.device)
-            self.data[c["id"]] = (x, y)
+            x = to_tensor_images(dom.train_x[idx], spec.image_size, spec.channels)
+            self.data[c["id"]] = (self.at_home(x), self.at_home(torch.from_numpy(dom.train_y[idx])))
             if "test_indices" in c:  # the client's own test samples and classes
                 tidx = np.asarray(c["test_indices"])
-                self.test_data[c["id"]] = (to_tensor_images(dom.test_x[tidx], spec.image_size, spec.channels).to(self.device),
-                                           torch.from_numpy(dom.test_y[tidx]).to(self.device), c["classes"])
+                self.test_data[c["id"]] = (self.at_home(to_tensor_images(dom.test_x[tidx], spec.image_size, spec.channels)),
+                                           self.at_home(torch.from_numpy(dom.test_y[tidx])), c["classes"])
             elif personal:
                 self.test_data[c["id"]] = domain_tests[c["domain"]]
         # one module per architecture (its weights are a client's starting state before each fit)
@@ -144,6 +166,32 @@ class ClientGroup:
                              if self.arch(c) != self.arch(clients[0])}
         self.client_states: dict[int, object] = {}
         self.own_models: dict[int, State] = {}  # rules that average no weights: each client's own model
+
+    def at_home(self, t: torch.Tensor) -> torch.Tensor:
+        """A client's tensor where the group keeps it between rounds: on the device, or in host memory (pinned when
+        the device is a GPU, so that its copy there is fast)."""
+        if not self.host_resident:
+            return t.to(self.device)
+        return t.pin_memory() if self.device.type == "cuda" else t
+
+    def fetch(self, cids: list[int], what: dict) -> list:
+        """Clients' entries of `what` (self.data or self.test_data) on the device, the clients now counted as held
+        there until `release`."""
+        if not self.host_resident:  # all of them are there
+            return [what[cid] for cid in cids]
+        self.on_device.update(cids)
+        self.peak_on_device = max(self.peak_on_device, len(self.on_device))
+        return [tuple(v.to(self.device, non_blocking=True) if torch.is_tensor(v) else v for v in what[cid])
+                for cid in cids]
+
+    def release(self, cids: list[int]) -> None:
+        """The clients' tensors leave the device (host residency; the group dropped its references to them)."""
+        if self.host_resident:
+            self.on_device.difference_update(cids)
+
+    def keep(self, obj):
+        """A client's persistent state or own model as the group keeps it: on the CPU under host residency."""
+        return to_cpu(obj) if self.host_resident else obj
 
     def make_module(self, model_kwargs: dict) -> ClientModule:
         cfg, spec = self.cfg, self.cfg.dataset_spec
@@ -218,7 +266,7 @@ class ClientGroup:
     def start_client(self, c: dict, global_state: State | None, payload: RoundPayload | None, round_idx: int) -> None:
         """Client c's starting state in its module: its starting weights, its own state, the round's inputs."""
         module = self.module_for(c)
-        state = (self.client_states[c["id"]] if c["id"] in self.client_states
+        state = (to_device(self.client_states[c["id"]], self.device) if c["id"] in self.client_states
                  else module.initial_client_state(self.cfg.seed, c))
         module.start_round(round_idx, payload, self.start_weights(c, global_state, round_idx), state)
         if self.cfg.test_faults.get("nan_loss") == [round_idx, c["id"]]:  # test-only: a non-finite loss
@@ -275,7 +323,7 @@ class ClientGroup:
             # torch's global stream (dropout, in FedProto's CNN) from (seed, round, first client): the same draws
             # on any executor and after a resume
             torch.manual_seed(int(torch.randint(2**62, (), generator=client_generator(cfg.seed, round_idx, members[0]["id"]))))
-            data = [self.data[c["id"]] for c in members]
+            data = self.fetch([c["id"] for c in members], self.data)
             try:
                 if len(members) == 1:
                     self.start_client(members[0], global_state, payload, round_idx)
@@ -296,7 +344,7 @@ class ClientGroup:
                 if not bool(torch.stack([torch.isfinite(v).all() for v in weights.values() if v.is_floating_point()]).all()):
                     raise NonFiniteLoss(self.non_finite("weights", round_idx, c))
                 losses[cid] = member_losses[i]
-                self.client_states[cid] = module.client_state()
+                self.client_states[cid] = self.keep(module.client_state())
                 shared = rule.travelling(cfg.hparams, weights)  # what the client uploads
                 if rule.averages_weights:
                     w = aggregation_weight(cfg, rule, n)
@@ -306,11 +354,13 @@ class ClientGroup:
                         uploads[cid] = {k: v.detach().cpu().clone() for k, v in shared.items()}
                         client_weights[cid] = w
                 else:
-                    self.own_models[cid] = {k: v.detach().clone() for k, v in weights.items()}
+                    self.own_models[cid] = {k: self.keep(v.detach().clone()) for k, v in weights.items()}
                 if cfg.states_every_round:
                     states[cid] = self.persistent_state(cid)
                 sent[cid] = count(shared) if rule.averages_weights else (0, 0)  # (entries, bytes) uploaded
                 protos[cid] = module.local_prototypes(*data[i], gens[i])
+            del data
+            self.release([c["id"] for c in members])
         self.states_round = round_idx
         return {"sum": None if weight_sum is None else {k: v.cpu() for k, v in weight_sum.items()}, "weight": total,
                 "protos": protos, "losses": losses, "states": states, "sent_weights": sent, "uploads": uploads,
@@ -338,7 +388,7 @@ class ClientGroup:
         for c in self.clients:
             if c["id"] not in self.test_data:
                 continue
-            x, y, classes = self.test_data[c["id"]]
+            x, y, classes = self.fetch([c["id"]], self.test_data)[0]
             module = self.module_for(c)
             weights = self.start_weights(c, global_state)
             module.net.load_state_dict(module.personalise(weights, self.client_states.get(c["id"])))
@@ -356,6 +406,8 @@ class ClientGroup:
                     pred = nearest_prototype(z.float(), protos_here, classes_here)
                     counts[1] += (pred == yb).sum()
             correct[c["id"]] = counts
+            del x, y
+            self.release([c["id"]])
         if not correct:
             return {}
         counts = torch.stack(list(correct.values())).tolist()

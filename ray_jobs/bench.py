@@ -27,6 +27,11 @@
     in process) without and with evaluation, both from one run evaluated on a schedule
     (`--eval-every`), and what a full run of the preset costs at each schedule (an estimate
     from these two rounds).
+(9) Many clients (docs/scale.md): FPL's Digits with 20, 100 and 500 clients (presets fpl-digits,
+    scale-digits-100, scale-digits-500), a tenth drawn each round, one FedAvg client group in process with
+    its clients in host memory (`--client-memory host`): building the group, one round's training (the
+    second), the process's peak host memory over both above its memory before, and on a GPU the device's
+    peak; and what a model per client (MOON's previous model) would add in host memory at each size.
 `--profile small` runs every section, (5) included, on any device with small
 settings (rounds, clients, samples): the test of this script's code paths.
 Prints a report and saves it to results/perf/bench-<device>.txt (on a GPU, <device>
@@ -321,6 +326,59 @@ def evaluation_rounds(device, **settings) -> tuple:
     return cfg, lacking, rows[1]["time_s"], rows[2]["time_s"]
 
 
+def tensor_bytes(obj) -> int:
+    """Bytes of the tensors in obj (tensors, possibly in dicts, lists, tuples)."""
+    if torch.is_tensor(obj):
+        return obj.numel() * obj.element_size()
+    if isinstance(obj, dict):
+        return sum(tensor_bytes(v) for v in obj.values())
+    if isinstance(obj, (list, tuple)):
+        return sum(tensor_bytes(v) for v in obj)
+    return 0
+
+
+SCALE_PRESETS = {20: "fpl-digits", 100: "scale-digits-100", 500: "scale-digits-500"}
+
+
+def scale_round(device, clients: int, **settings) -> dict:
+    """(9): a FedAvg client group of the preset with `clients` clients (the domains the data root holds), at
+    participation 0.1, in host memory: seconds to build it and to train round 1's drawn clients, the MB of the
+    clients' tensors it holds in host memory (images, states, own models), the device's peak (MB, on a GPU) and the
+    images it holds."""
+    from benchmark.communication import count
+    from benchmark.data import resolve_data_root
+    from benchmark.models import build_model
+    from lightning_modules.clients import ClientGroup
+    from ray_jobs.config import RunConfig
+    from ray_jobs.run import plan_run_clients
+
+    domains, _ = present_domains("digits")
+    cfg = RunConfig.from_preset(SCALE_PRESETS[clients], **{**settings, "method": "fedavg", "participation": 0.1,
+                                "client_memory": "host", "executor": "local", "domains": domains,
+                                "device": str(device)})
+    planned = plan_run_clients(cfg)
+    if device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(device)
+    t = time.perf_counter()
+    group = ClientGroup(cfg, planned, str(resolve_data_root(None)))
+    build = time.perf_counter() - t
+    state = build_model(cfg.dataset_spec.model, cfg.dataset_spec.num_classes).state_dict()
+    ids = [c["id"] for c in planned]
+    group.train(state, None, 0, cfg.participants(0, ids))
+    sync(device)
+    t = time.perf_counter()
+    drawn = cfg.participants(1, ids)
+    group.train(state, None, 1, drawn)
+    sync(device)
+    train = time.perf_counter() - t
+    return dict(clients=len(planned), drawn=len(drawn), build_s=build, train_s=train,
+                trained_images=cfg.local_epochs * sum(len(group.data[cid][1]) for cid in drawn),
+                images=sum(len(y) for _, y in group.data.values()), peak_on_device=group.peak_on_device,
+                host_mb=tensor_bytes([group.data, group.test_data, group.client_states, group.own_models]) / 2**20,
+                device_mb=torch.cuda.max_memory_allocated(device) / 2**20 if device.type == "cuda" else None,
+                model_mb=count(state)[1] / 1e6)
+
+
 def evaluated_rounds(rounds: int, eval_every: int) -> int:
     """How many of `rounds` rounds a run evaluates at `eval_every` (RunConfig.evaluates)."""
     from ray_jobs.config import RunConfig
@@ -341,20 +399,21 @@ SMALL_RUN = dict(rounds=2, local_epochs=1, eval_max=None)  # (3) and (5): the se
 # scaled down with the batch, so that the clients take as many steps), batch, epochs, repeats), (5) the small runs
 # (phases: on top of SMALL_RUN) and the full runs (full: on top of the preset), (6) per-client models and repeats,
 # (7) training images, evaluation images and repeats, (8) the settings over the fedplvm-digit5 preset (none: the
-# paper's protocol)
+# paper's protocol), (9) the settings over the scale presets
 PROFILES = {
     "cpu": dict(resnet=(192, 1, 3), engines=(3, 128, 1, 2), methods=("fedavg",), precisions=("32-true", "bf16-mixed"),
                 stacks=(2, (150, 18, 25), 16, 1, 2), phases=dict(client_fraction=0.3), checkpoint=(20, 3),
-                memory=(192, 1000, 3), fedplvm=dict()),
+                memory=(192, 1000, 3), fedplvm=dict(), scale=dict(local_epochs=1)),
     "cuda": dict(resnet=(640, 2, 5), engines=(10, 600, 1, 3), methods=("fedavg", "fpl"),
                  precisions=("32-true", "bf16-mixed"), stacks=(2, (600, 72, 100), 64, 1, 3),
                  phases=dict(client_fraction=0.3), full=dict(eval_max=None), checkpoint=(20, 3), memory=(640, 1000, 5),
-                 fedplvm=dict()),
+                 fedplvm=dict(), scale=dict()),
     "small": dict(resnet=(64, 1, 1), engines=(2, 64, 1, 1), methods=("fedavg", "fpl"),
                   precisions=("32-true", "bf16-mixed"), stacks=(2, (20, 3, 5), 4, 1, 1),
                   phases=dict(client_fraction=0.05, eval_max=50),
                   full=dict(rounds=1, local_epochs=1, client_fraction=0.05, eval_max=50), checkpoint=(2, 1),
-                  memory=(64, 100, 1), fedplvm=dict(local_epochs=1, batch_size=8, client_fraction=0.05, eval_max=50)),
+                  memory=(64, 100, 1), fedplvm=dict(local_epochs=1, batch_size=8, client_fraction=0.05, eval_max=50),
+                  scale=dict(local_epochs=1, client_fraction=0.1)),
 }
 TARGETS_S = {"digits": 120, "office_caltech": 20}  # issue 6: a full FPL run on one H100
 
@@ -480,6 +539,17 @@ def main(argv=None):
         est = e * evaluated["round"] + (rounds - e) * plain["round"]
         say(f"    a full run ({rounds} rounds) at --eval-every {k:<3d}: {e:2d} rounds evaluated, about {est / 60:6.1f} min "
             f"(estimate: these two rounds' times)")
+    say()
+    settings = prof["scale"]
+    say(f"(9) many clients: one FedAvg client group in process, FPL's Digits at participation 0.1, clients in host "
+        f"memory ({', '.join(f'{k} {v}' for k, v in settings.items()) or 'the preset protocol'}); round 1's training")
+    for n in SCALE_PRESETS:
+        r = scale_round(device, n, **settings)
+        device_mb = "" if r["device_mb"] is None else f", device peak {r['device_mb']:7.1f} MB"
+        say(f"    {SCALE_PRESETS[n]:17s} {r['clients']:3d} clients ({r['images']} images), {r['drawn']:2d} drawn: build "
+            f"{r['build_s']:6.2f} s, round {r['train_s']:7.2f} s ({r['trained_images'] / r['train_s']:6.1f} images/s), at most {r['peak_on_device']} client on the device, "
+            f"host {r['host_mb']:6.1f} MB{device_mb}; a model per client (MOON) would add "
+            f"{r['clients'] * r['model_mb']:7.1f} MB in host memory")
     path = out / f"bench-{device_slug(device)}.txt"
     flags = " ".join(argv if argv is not None else sys.argv[1:])
     path.write_text("\n".join(lines) + f"\n\ncommand: python -m ray_jobs.bench {flags}".rstrip() + "\n")

@@ -21,7 +21,7 @@ from benchmark.protocols import (AGGREGATIONS, CLIENT_INITS, DATASET_SPECS, DEFA
                                  RANDOM_SPLIT, SPLITS, ConfigError, DatasetSpec, reference_random_split)
 from benchmark.results import LAST_K
 from benchmark.sampling import participants
-from lightning_modules.clients import ENGINES
+from lightning_modules.clients import CLIENT_MEMORY, ENGINES
 from lightning_modules.privacy import FUSED_REFUSAL, private
 from lightning_modules.registry import METHODS
 
@@ -70,13 +70,18 @@ class RunConfig:
     engine: str = "auto"  # client training: sequential | fused | auto (sequential on CPU and under DP-SGD, fused on CUDA)
     precision: str = "32-true"  # 32-true | bf16-mixed (autocast for training and evaluation)
     compile: bool = False  # the fused engine's step through torch.compile (not part of the protocol: same training)
+    # where a client group keeps its clients' images and persistent state between their rounds (CLIENT_MEMORY):
+    # device (as loaded), host (host memory, moved to the device while the client trains or is tested), auto (host
+    # under --participation below 1); not part of the protocol: the same numbers either way (docs/scale.md)
+    client_memory: str = "auto"
     data_root: str | None = None
     out: str | None = None
     name: str | None = None
     wandb_project: str = "fedproto-bench"
     wandb_group: str | None = None
     # test-only fault injection, never set by the command line: {"nan_loss": [round, client id]} starts that
-    # client's training in that round from NaN weights (tests/test_reliability.py)
+    # client's training in that round from NaN weights (tests/test_reliability.py); {"hold_before_round": [round,
+    # path]} waits before that round until the file exists (tests/test_sweep_parallel.py's Ctrl-C)
     test_faults: dict = field(default_factory=dict)
     # how the dataset's train and test sets are made when not as its archives are (`benchmark.data.TWO_ARCHIVE_SPLIT`:
     # "pooled" for digit5, FedBN's re-split; None otherwise); set from the dataset, never given; a protocol key, so a
@@ -135,6 +140,8 @@ class RunConfig:
             if self.dataset_spec.ways:
                 raise ConfigError(f"{self.dataset}'s n-way k-shot split draws its own classes; the Dirichlet label "
                                   "split is for the share (FPL) and per-class (FedPLVM) protocols.")
+        if self.client_memory not in CLIENT_MEMORY:
+            raise ConfigError(f"unknown client memory {self.client_memory!r}; choose one of: {', '.join(CLIENT_MEMORY)}.")
         if self.precision not in PRECISIONS:
             raise ConfigError(f"unknown precision {self.precision!r}; choose one of: {', '.join(PRECISIONS)}.")
         if self.preset is not None and self.preset not in PRESETS:

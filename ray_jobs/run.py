@@ -25,7 +25,7 @@ from benchmark.checkpoint import CheckpointError
 from benchmark.data import DataError, check_domains_present, resolve_data_root
 from benchmark.figures import plot_curves
 from benchmark.partition import plan_clients
-from benchmark.protocols import PRESETS, ConfigError
+from benchmark.protocols import PRESETS, ConfigError, client_share
 from benchmark.provenance import run_provenance
 from benchmark.results import Recorder, protocol
 from lightning_modules.privacy import model_options
@@ -108,6 +108,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--engine", default=d["engine"].default,
                    help="client training: sequential (one client after another), fused (a client group as one "
                         "batched computation) or auto (sequential on the CPU, fused on CUDA)")
+    p.add_argument("--client-memory", default=d["client_memory"].default,
+                   help="where a client group keeps the clients it is not training: device, host (moved to the "
+                        "device when drawn) or auto (host under --participation below 1)")
     p.add_argument("--compile", action="store_true",
                    help="the fused engine's step through torch.compile (compiles once per shape of stack and batch)")
     p.add_argument("--precision", default=d["precision"].default,
@@ -149,7 +152,7 @@ def config_from_args(args) -> RunConfig:
         num_actors=args.num_actors, spread=args.spread, cpus_per_actor=args.cpus_per_actor,
         gpus_per_actor=args.gpus_per_actor, driver_cpus=args.driver_cpus, driver_gpus=args.driver_gpus, device=args.device, actor_restarts=args.actor_restarts,
         checkpoint_every=args.checkpoint_every, engine=args.engine, precision=args.precision, compile=args.compile,
-        data_root=args.data_root, out=args.out, name=args.name,
+        client_memory=args.client_memory, data_root=args.data_root, out=args.out, name=args.name,
         wandb_project=args.wandb_project, wandb_group=args.wandb_group,
     )
 
@@ -261,8 +264,8 @@ def plan_run_clients(cfg: RunConfig, root: Path | None = None) -> list[dict]:
     """Every client of the run (id, domain, training indices, sample count; under an n-way k-shot split also
     its classes and test indices), as the dataset's protocol partitions it."""
     spec = cfg.dataset_spec
-    return plan_clients(root or resolve_data_root(cfg.data_root), cfg.dataset, cfg.clients_per_domain, spec.client_pct,
-                        cfg.seed, cfg.client_fraction, spec.per_class, cfg.ways, cfg.label_skew, cfg.ways_stdev)
+    return plan_clients(root or resolve_data_root(cfg.data_root), cfg.dataset, cfg.clients_per_domain,
+                        client_share(cfg.dataset, cfg.split, spec), cfg.seed, cfg.client_fraction, spec.per_class, cfg.ways, cfg.label_skew, cfg.ways_stdev)
 
 
 def run(cfg: RunConfig, quiet: bool = False, resume: bool = False,
@@ -317,7 +320,10 @@ def run(cfg: RunConfig, quiet: bool = False, resume: bool = False,
         if cfg.dropped_domains:
             print(f"note: domains left out of this run: {', '.join(cfg.dropped_domains)} (their clients are dropped)")
         progress = None if quiet else RunProgress(cfg.run_name, cfg.rounds - first)
+        hold = cfg.test_faults.get("hold_before_round")  # test-only: [round, path]: wait for the file before it
         for r in range(first, cfg.rounds):
+            while hold and r == hold[0] and not Path(hold[1]).exists():
+                time.sleep(0.05)
             rec = call("run_round", r)
             for note in rec.pop("notes"):
                 print(f"note: round {r}: {note}", flush=True)

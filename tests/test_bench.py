@@ -37,7 +37,7 @@ def phases(line: str) -> dict[str, tuple[float, float]]:
 def test_every_section_is_reported_and_saved_under_the_device_name(report):
     name, text = report
     assert name == "bench-cpu.txt"
-    for section in ("(1)", "(2)", "(3)", "(4)", "(5)", "(6)", "(7)"):
+    for section in ("(1)", "(2)", "(3)", "(4)", "(5)", "(6)", "(7)", "(8)", "(9)"):
         assert f"\n{section} " in text
     assert "\ncommand: python -m ray_jobs.bench --profile small --out-dir " in text
     # the engines of every method in both precisions, the ratio the printed rates'
@@ -119,3 +119,23 @@ def test_checkpoint_writes_hold_the_models_they_name(report):
         assert float(saved) == pytest.approx(0.9 * secs, abs=1e-3)
         assert float(rate) == pytest.approx(mb / secs, abs=0.5 + mb / secs * (5e-4 / secs + 0.05 / mb))
     assert int(rows[1][0]) == 2  # the small profile's client count
+
+
+def test_many_clients_hold_one_client_on_the_device_and_name_a_model_per_client(report):
+    """(9): 20, 100 and 500 clients of FPL's Digits without SVHN (17, 85 and 425 here), a tenth drawn (2, 8, 42),
+    one client on the device at a time, the images held in host memory, and a model per client counted as clients x
+    ResNet-10's bytes."""
+    from benchmark.communication import count
+    from benchmark.models import ResNet10
+
+    _, text = report
+    rows = re.findall(r"^    (\S+) +(\d+) clients \((\d+) images\), +(\d+) drawn: build +[\d.]+ s, round +[\d.]+ s \( *[\d.]+ images/s\), at most "
+                      r"(\d+) client on the device, host +([\d.]+) MB; a model per client \(MOON\) would add +([\d.]+) MB",
+                      text, re.M)
+    assert [(p, int(n), int(k), int(one)) for p, n, _, k, one, _, _ in rows] == [
+        ("fpl-digits", 17, 2, 1), ("scale-digits-100", 85, 8, 1), ("scale-digits-500", 425, 42, 1)]
+    model_mb = count(ResNet10().state_dict())[1] / 1e6
+    for _, n, images, _, _, host, mb in rows:
+        assert float(mb) == pytest.approx(int(n) * model_mb, abs=0.051)
+        # FedAvg keeps no state: the host memory is the images (3 x 32 x 32 bytes) and labels (8 bytes) it holds
+        assert float(host) == pytest.approx(int(images) * (3 * 32 * 32 + 8) / 2**20, abs=0.051)

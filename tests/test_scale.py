@@ -1,0 +1,115 @@
+"""Hundreds of clients (docs/scale.md): the scaled Digits presets (100 and 500 clients, a tenth drawn a round) and
+host residency (`--client-memory`): a client group keeps its clients' images and persistent states in host memory
+and holds on its device only the client it is training or testing, by its own bookkeeping, with the numbers of a
+group that holds them all there."""
+from __future__ import annotations
+
+import collections
+import dataclasses
+
+import pytest
+import torch
+
+from benchmark.models import build_model
+from benchmark.results import read_jsonl
+from lightning_modules.clients import ClientGroup, resolve_client_memory
+from ray_jobs.config import ConfigError, RunConfig
+from ray_jobs.run import plan_run_clients, run
+
+
+def per_domain(clients: list[dict]) -> dict:
+    """Per domain: (clients, samples of each client (all equal), samples in all)."""
+    sizes = collections.defaultdict(list)
+    for c in clients:
+        sizes[c["domain"]].append(c["num_samples"])
+    assert all(len(set(v)) == 1 for v in sizes.values())
+    return {d: (len(v), v[0], sum(v)) for d, v in sizes.items()}
+
+
+def test_scaled_digits_presets_multiply_the_clients_and_divide_their_share(data_root):
+    """FPL's code split (MNIST 6, USPS 4, SYN 7 clients, 1% each) times 5 and 25, each client 1/5 and 1/25 of
+    1%: int(0.002 x 60,000) = 120, int(0.0004 x 60,000) = 24; USPS int(0.002 x 7,291) = 14, int(0.0004 x 7,291) = 2;
+    SYN (10,000 training images) 20 and 4."""
+    cfgs = {p: RunConfig.from_preset(p, domains=["mnist", "usps", "syn"], data_root=str(data_root))
+            for p in ("fpl-digits", "scale-digits-100", "scale-digits-500")}
+    got = {p: per_domain(plan_run_clients(c)) for p, c in cfgs.items()}
+    assert got["fpl-digits"] == {"mnist": (6, 600, 3600), "usps": (4, 72, 288), "syn": (7, 100, 700)}
+    assert got["scale-digits-100"] == {"mnist": (30, 120, 3600), "usps": (20, 14, 280), "syn": (35, 20, 700)}
+    assert got["scale-digits-500"] == {"mnist": (150, 24, 3600), "usps": (100, 2, 200), "syn": (175, 4, 700)}
+    cfg = cfgs["scale-digits-500"]
+    assert (cfg.participation, cfg.rounds, cfg.local_epochs) == (0.1, 100, 10)  # FPL's protocol, a tenth drawn
+    assert sum(cfg.layout.values()) == 500 and len(cfg.participants(3, list(range(425)))) == 42
+    assert cfg.run_name == "fpl-digits-no_svhn-500clients-part0.1-seed0"
+
+
+def test_client_memory_auto_is_host_below_full_participation_and_a_bad_value_is_refused():
+    assert [resolve_client_memory("auto", p) for p in (1.0, 0.5)] == ["device", "host"]
+    assert resolve_client_memory("device", 0.1) == "device" and resolve_client_memory("host", 1.0) == "host"
+    with pytest.raises(ConfigError, match=r"^unknown client memory 'disk'; choose one of: auto, device, host\.$"):
+        RunConfig(client_memory="disk")
+
+
+# 250 tiny clients (scale-digits-500 on MNIST and USPS, 1 to 12 images each), MOON (a model per client kept between
+# rounds), a tenth drawn each round
+MANY = dict(domains=["mnist", "usps"], local_epochs=1, client_fraction=0.5, batch_size=8, method="moon",
+            engine="sequential", eval_max=50)
+
+
+def test_a_group_of_250_clients_holds_one_on_its_device_at_a_time_with_the_numbers_of_one_holding_all(data_root):
+    cfg = RunConfig.from_preset("scale-digits-500", **MANY, executor="local", data_root=str(data_root),
+                                participation=0.04)  # 10 a round
+    clients = plan_run_clients(cfg)
+    assert len(clients) == 250
+    groups = {m: ClientGroup(dataclasses.replace(cfg, client_memory=m), clients, str(data_root))
+              for m in ("host", "device")}
+    host, device = groups["host"], groups["device"]
+    assert host.on_device == set() and device.on_device == {c["id"] for c in clients}
+    global_state = build_model("resnet10", 10).state_dict()
+    results = {m: [] for m in groups}
+    for r in range(2):
+        drawn = cfg.participants(r, [c["id"] for c in clients])
+        assert len(drawn) == 10
+        for m, g in groups.items():
+            results[m].append(g.train(global_state, None, r, drawn))
+        assert host.on_device == set()  # every drawn client left the device after its fit
+    assert host.peak_on_device == 1 and device.peak_on_device == 250
+    for a, b in zip(results["host"], results["device"]):
+        assert a["losses"] == b["losses"] and a["weight"] == b["weight"]
+        assert all(torch.equal(a["sum"][k], b["sum"][k]) for k in a["sum"])
+    # MOON's previous models of the clients drawn in either round, kept in host memory
+    trained = set(cfg.participants(0, list(range(250)))) | set(cfg.participants(1, list(range(250))))
+    assert set(host.client_states) == trained
+    assert all(v.device.type == "cpu" for s in host.client_states.values() for v in s.values())
+
+
+def test_a_run_of_the_500_client_preset_trains_a_tenth_of_its_clients_each_round(data_root, tmp_path):
+    out = tmp_path / "run"
+    cfg = RunConfig.from_preset("scale-digits-500", **{**MANY, "method": "fedavg"}, rounds=2, executor="local",
+                                data_root=str(data_root), out=str(out))
+    summary = run(cfg, quiet=True)
+    rows = read_jsonl(out / "metrics.jsonl")
+    assert [len(r["trained_clients"]) for r in rows] == [25, 25]
+    assert [r["trained_clients"] for r in rows] == [cfg.participants(r, list(range(250))) for r in range(2)]
+    assert summary["complete"] and set(summary["final"]) == {"mnist", "usps", "AVG"}
+
+
+def test_own_models_and_own_test_samples_stay_in_host_memory_and_test_as_on_the_device(data_root):
+    """FedProto as published on its MNIST protocol: each client's own model and own test samples; a group in host
+    memory trains half of its 20 clients and tests every one of them, one on the device at a time, with the
+    counts of a group that holds them all there."""
+    cfg = RunConfig.from_preset("fedproto-mnist-n3", method="fedproto_orig", rounds=1, client_fraction=0.2,
+                                participation=0.5, executor="local", data_root=str(data_root))
+    clients = plan_run_clients(cfg)
+    groups = {m: ClientGroup(dataclasses.replace(cfg, client_memory=m), clients, str(data_root))
+              for m in ("host", "device")}
+    drawn = cfg.participants(0, [c["id"] for c in clients])
+    assert len(drawn) == 10
+    losses = {m: g.train(None, None, 0, drawn)["losses"] for m, g in groups.items()}
+    assert losses["host"] == losses["device"]
+    counts = {m: g.evaluate(None, None) for m, g in groups.items()}
+    assert counts["host"] == counts["device"] and len(counts["host"]) == 20
+    host = groups["host"]
+    assert host.peak_on_device == 1 and host.on_device == set()
+    # the trained clients' own models and, made when they were tested, the others' initialisations
+    assert set(host.own_models) == {c["id"] for c in clients}
+    assert all(v.device.type == "cpu" for m in host.own_models.values() for v in m.values())
