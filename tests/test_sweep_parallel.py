@@ -121,8 +121,11 @@ def test_ctrl_c_stops_every_worker_and_the_same_sweep_resumes_their_runs(data_ro
             sys.exit(2)
         """)
     env = {**os.environ, "WANDB_MODE": "disabled", "PYTHONPATH": str(ROOT)}
+    # SIGINT's default action restored in the child: a suite started in the background (nohup, `&`) ignores SIGINT,
+    # its children inherit that and the sweep would never see the signal
     sweep = subprocess.Popen([sys.executable, "-c", script], env=env, cwd=tmp_path, stdout=subprocess.PIPE,
-                             stderr=subprocess.PIPE, text=True)
+                             stderr=subprocess.PIPE, text=True,
+                             preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     folders = [tmp_path / "fedavg", tmp_path / "fedprox"]
     deadline = time.monotonic() + 300
     while not all(list((d / "checkpoints").glob("round_*.pt")) for d in folders):
