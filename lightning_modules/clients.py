@@ -132,7 +132,6 @@ class ClientGroup:
         # (pinned on CUDA) and only the clients training or tested now are on the device (`on_device`, bookkept:
         # `peak_on_device` is the most clients' tensors the device held at once); device: all of them, always
         self.host_resident = resolve_client_memory(cfg.client_memory, cfg.participation) == "host"
-        self.home = torch.device("cpu") if self.host_resident else self.device
         self.on_device: set[int] = set() if self.host_resident else {c["id"] for c in clients}
         self.peak_on_device = len(self.on_device)
         spec = cfg.dataset_spec

@@ -326,17 +326,6 @@ def evaluation_rounds(device, **settings) -> tuple:
     return cfg, lacking, rows[1]["time_s"], rows[2]["time_s"]
 
 
-def tensor_bytes(obj) -> int:
-    """Bytes of the tensors in obj (tensors, possibly in dicts, lists, tuples)."""
-    if torch.is_tensor(obj):
-        return obj.numel() * obj.element_size()
-    if isinstance(obj, dict):
-        return sum(tensor_bytes(v) for v in obj.values())
-    if isinstance(obj, (list, tuple)):
-        return sum(tensor_bytes(v) for v in obj)
-    return 0
-
-
 SCALE_PRESETS = {20: "fpl-digits", 100: "scale-digits-100", 500: "scale-digits-500"}
 
 
@@ -374,7 +363,7 @@ def scale_round(device, clients: int, **settings) -> dict:
     return dict(clients=len(planned), drawn=len(drawn), build_s=build, train_s=train,
                 trained_images=cfg.local_epochs * sum(len(group.data[cid][1]) for cid in drawn),
                 images=sum(len(y) for _, y in group.data.values()), peak_on_device=group.peak_on_device,
-                host_mb=tensor_bytes([group.data, group.test_data, group.client_states, group.own_models]) / 2**20,
+                host_mb=count([group.data, group.test_data, group.client_states, group.own_models])[1] / 2**20,
                 device_mb=torch.cuda.max_memory_allocated(device) / 2**20 if device.type == "cuda" else None,
                 model_mb=count(state)[1] / 1e6)
 
@@ -547,8 +536,9 @@ def main(argv=None):
         r = scale_round(device, n, **settings)
         device_mb = "" if r["device_mb"] is None else f", device peak {r['device_mb']:7.1f} MB"
         say(f"    {SCALE_PRESETS[n]:17s} {r['clients']:3d} clients ({r['images']} images), {r['drawn']:2d} drawn: build "
-            f"{r['build_s']:6.2f} s, round {r['train_s']:7.2f} s ({r['trained_images'] / r['train_s']:6.1f} images/s), at most {r['peak_on_device']} client on the device, "
-            f"host {r['host_mb']:6.1f} MB{device_mb}; a model per client (MOON) would add "
+            f"{r['build_s']:6.2f} s, round {r['train_s']:7.2f} s ({r['trained_images'] / r['train_s']:6.1f} images/s), "
+            f"at most {r['peak_on_device']} client on the device, host {r['host_mb']:6.1f} MB{device_mb}; a model per "
+            f"client (MOON) would add "
             f"{r['clients'] * r['model_mb']:7.1f} MB in host memory")
     path = out / f"bench-{device_slug(device)}.txt"
     flags = " ".join(argv if argv is not None else sys.argv[1:])

@@ -265,7 +265,8 @@ def plan_run_clients(cfg: RunConfig, root: Path | None = None) -> list[dict]:
     its classes and test indices), as the dataset's protocol partitions it."""
     spec = cfg.dataset_spec
     return plan_clients(root or resolve_data_root(cfg.data_root), cfg.dataset, cfg.clients_per_domain,
-                        client_share(cfg.dataset, cfg.split, spec), cfg.seed, cfg.client_fraction, spec.per_class, cfg.ways, cfg.label_skew, cfg.ways_stdev)
+                        client_share(cfg.dataset, cfg.split, spec), cfg.seed, cfg.client_fraction, spec.per_class,
+                        cfg.ways, cfg.label_skew, cfg.ways_stdev)
 
 
 def run(cfg: RunConfig, quiet: bool = False, resume: bool = False,
