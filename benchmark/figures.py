@@ -20,6 +20,8 @@ from matplotlib.ticker import MaxNLocator
 
 from benchmark import paper
 from benchmark.data import DATASETS, domain_test_set, load_domain, resolve_data_root
+from benchmark.fewshot import SHOTS
+from benchmark.protocols import DATASET_SPECS
 from benchmark.results import LATER_HPARAMS, MODEL_FILE, read_jsonl
 
 FORMATS = ("png", "svg")
@@ -229,19 +231,21 @@ def plot_bars(run_dirs, reference: dict | None, stem: Path, title: str = "", for
 
 # --------------------------------------------------------------------------- accuracy against a hyperparameter
 
-def grid_data(run_dirs, hparam: str, metric: str = "final") -> pd.DataFrame:
+def grid_data(run_dirs, hparam: str, metric: str = "final", value_of=None, domains=None) -> pd.DataFrame:
     """Per dataset, method, value of `hparam` (the run's recorded hparams; a run recorded before the hyperparameter
-    existed: its LATER_HPARAMS value) and domain: our accuracy by `metric` from summary.json, the mean, std over
-    seeds and the seed count; in the order of the value."""
+    existed: its LATER_HPARAMS value; or `value_of(summary)`, a value the run's protocol fixes) and domain (those of
+    `domains`, or every one): our accuracy by `metric` from summary.json, the mean, std over seeds and the seed count;
+    in the order of the value."""
     rows = []
     for run_dir in run_dirs:
         s = _summary(run_dir)
-        value = s["hparams"].get(hparam, LATER_HPARAMS.get(hparam))
+        value = value_of(s) if value_of else s["hparams"].get(hparam, LATER_HPARAMS.get(hparam))
         if value is None:
             raise FigureError(f"{run_dir}: {s['method']} has no hyperparameter {hparam!r}.")
         for dom, acc in s[metric].items():
-            rows.append({"dataset": s["dataset"], "method": s["method"], "value": value, "domain": dom,
-                         "seed": s["seed"], "acc": acc})
+            if domains is None or dom in domains:
+                rows.append({"dataset": s["dataset"], "method": s["method"], "value": value, "domain": dom,
+                             "seed": s["seed"], "acc": acc})
     if not rows:
         raise FigureError("no run to draw.")
     df = pd.DataFrame(rows)
@@ -251,14 +255,15 @@ def grid_data(run_dirs, hparam: str, metric: str = "final") -> pd.DataFrame:
 
 
 def plot_grid(run_dirs, hparam: str, stem: Path, title: str = "", formats=FORMATS, metric: str = "final",
-              defaults: dict | None = None, log_x: bool | None = None) -> pd.DataFrame:
-    """Accuracy against a hyperparameter's value (FedPLVM's Figures 4 and 5): a panel per dataset, a line per method
-    (line style) and domain (colour; AVG black and thick), the mean over seeds with ± std error bars; `defaults`
-    (method -> its default value) dotted vertical lines, named; the x axis logarithmic when asked, or by default when the
-    values span two decades or more. Returns `grid_data`."""
+              defaults: dict | None = None, log_x: bool | None = None, value_of=None, domains=None) -> pd.DataFrame:
+    """Accuracy against a hyperparameter's value (FedPLVM's Figures 4 and 5; FedProto's Figure 3 against a protocol's
+    value, `value_of`, `hparam` naming the axis): a panel per dataset, a line per method (line style) and domain
+    (colour; AVG black and thick; `domains`: only those), the mean over seeds with ± std error bars; `defaults`
+    (method -> its default value) dotted vertical lines, named; the x axis logarithmic when asked, or by default when
+    the values span two decades or more. Returns `grid_data`."""
     from matplotlib import colormaps
 
-    data = grid_data(run_dirs, hparam, metric)
+    data = grid_data(run_dirs, hparam, metric, value_of, domains)
     datasets, methods = list(dict.fromkeys(data.dataset)), list(dict.fromkeys(data.method))
     values = sorted(set(data.value))
     if log_x is None:
@@ -381,10 +386,15 @@ def plot_tsne(run_dirs, stem: Path, per_domain: int = 300, data_root: str | None
 # --------------------------------------------------------------------------- a table's and the demo's figures
 
 def fedproto_figures(run_dirs, out_dir: Path, title: str = "") -> dict:
-    """FedProto Tables 1 and 2's figures in out_dir: the mean client accuracy over rounds (AVG, classifier,
-    prototype panels), one figure per split (n and its stdev), curves_<split>.{png,svg}. Returns {"curves": the
-    curve data of every split, its split in the `dataset` column, "files": [paths]}."""
-    splits = {Path(d): _config(d)["split"] for d in run_dirs}
+    """FedProto Tables 1 and 2's and Figure 3's figures in out_dir: per split of the tables (n and its stdev, k =
+    100) the mean client accuracy over rounds (AVG, classifier, prototype panels), curves_<split>.{png,svg}; and when
+    there are runs with other k, Figure 3: the final mean client accuracy (AVG) of FedProto and FedAvg at n = 3
+    (stdev 2) against the training samples per class k, samples.{png,svg}. Returns {"curves": the curve data of
+    every split, its split in the `dataset` column, "samples": Figure 3's `grid_data` (None without it), "files":
+    [paths]}."""
+    ways = DATASET_SPECS["mnist"].ways
+    configs = {Path(d): _config(d) for d in run_dirs}
+    splits = {d: c["split"] for d, c in configs.items() if ways[c["split"]][2] == SHOTS}
     curves, files = [], []
     for split in sorted(set(splits.values())):
         stem = Path(out_dir) / f"curves_{split}"
@@ -392,7 +402,15 @@ def fedproto_figures(run_dirs, out_dir: Path, title: str = "") -> dict:
                            f"{title}, {split}: mean client accuracy over rounds (mean over seeds, band: ± std)")
         curves.append(data.assign(dataset=split))
         files += [stem.with_name(f"{stem.name}.{f}") for f in FORMATS]
-    return {"curves": pd.concat(curves, ignore_index=True), "files": files}
+    figure3 = [d for d, c in configs.items() if c["method"] in paper.FEDPROTO_FIGURE3 and ways[c["split"]][:2] == (3, 2)]
+    samples = None
+    if any(ways[configs[d]["split"]][2] != SHOTS for d in figure3):
+        stem = Path(out_dir) / "samples"
+        samples = plot_grid(figure3, "training samples per class (k)", stem,
+                            f"{title}:\nFigure 3, n = 3: final mean client accuracy against k (mean over seeds, "
+                            "error bars: ± std)", value_of=lambda s: ways[s["split"]][2], domains=("AVG",))
+        files += [stem.with_name(f"{stem.name}.{f}") for f in FORMATS]
+    return {"curves": pd.concat(curves, ignore_index=True) if curves else None, "samples": samples, "files": files}
 
 
 def demo_figures(run_dirs, out_dir: Path) -> list[Path]:

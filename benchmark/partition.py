@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 
 from benchmark.data import DATASETS, NUM_CLASSES, DataError, archive_files, load_domain, office_split
-from benchmark.fewshot import STDEV, nway_kshot_split
+from benchmark.fewshot import SHOTS, STDEV, nway_kshot_split
 
 
 def partition_domain(
@@ -146,7 +146,7 @@ def load_counts(per_class: tuple[int, int] | None, clients_per_domain: dict[str,
 
 def plan_clients(root: Path, dataset: str, clients_per_domain: dict[str, int], pct: float | None, seed: int,
                  fraction: float = 1.0, per_class: tuple[int, int] | None = None, ways: int | None = None,
-                 skew: LabelSkew | None = None, stdev: int = STDEV) -> list[dict]:
+                 skew: LabelSkew | None = None, stdev: int = STDEV, shots: int = SHOTS) -> list[dict]:
     """Every client's id, domain and training indices, domains and clients in order.
 
     Each domain's pool is partitioned with its own seeded stream (seed, domain
@@ -155,8 +155,8 @@ def plan_clients(root: Path, dataset: str, clients_per_domain: dict[str, int], p
     (FedPLVM) a domain's clients take, one after another, the next k_train of each class
     (k_train scaled by `fraction`, at least 1; `per_class_plan`); their indices are into
     `load_domain(..., per_class=domain_per_class(...))`'s training set. With `ways` (FedProto) the
-    domain's clients get FedProto's n-way k-shot split (`benchmark.fewshot`, its n and k drawn with `stdev`):
-    each also its `classes` and `test_indices` into the domain's test set. With `skew` (FedPLVM's
+    domain's clients get FedProto's n-way k-shot split (`benchmark.fewshot`, n and k drawn about `ways` and
+    `shots` with `stdev`): each also its `classes` and `test_indices` into the domain's test set. With `skew` (FedPLVM's
     Dirichlet label skew) the clients' class counts are drawn (`LabelSkew`): under a per-class
     protocol from the first of each class, under FPL's share protocol (each client about
     int(pct N) samples) from a seeded random order of each class; each client then also
@@ -169,7 +169,7 @@ def plan_clients(root: Path, dataset: str, clients_per_domain: dict[str, int], p
             dom = load_domain(root, dataset, d)
             try:
                 split = nway_kshot_split(dom.train_y, dom.test_y, n_clients, ways, [seed, order.index(d)],
-                                         stdev=stdev, fraction=fraction)
+                                         shots=shots, stdev=stdev, fraction=fraction)
             except ValueError as e:
                 raise DataError(f"{dataset}/{d}: {e}") from None
             clients += [{"id": len(clients) + i, "domain": d, **c, "num_samples": len(c["indices"])} for i, c in enumerate(split)]

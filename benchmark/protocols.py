@@ -12,6 +12,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from benchmark.data import DATASETS, IMAGE_SIZE
+from benchmark.fewshot import SHOTS
 from benchmark.transforms import Transform
 
 # how a protocol averages the clients' weights (rules that weight by sample count: FedAvg and those built on it):
@@ -21,6 +22,16 @@ AGGREGATIONS = ("samples", "uniform")
 # id) (FedPLVM's main.py builds one model per client; they meet at the first average)
 CLIENT_INITS = ("shared", "own")
 PRECISIONS = ("32-true", "bf16-mixed")  # Lightning's precision names (lightning_modules.base.precision_context)
+
+# FedProto's n-way k-shot splits of MNIST (PROTOCOL.md section 4, benchmark.fewshot): name -> (mean n, stdev of n,
+# mean k). Table 1: n = 3, 4, 5 with stdev 2, k = 100; Table 2's second rows: stdev 3 (-s3); Figure 3: n = 3 (stdev 2)
+# with k samples per class, FEDPROTO_FIGURE3_SHOTS (-k<k>; k = 100 is Table 1's 3way). The figure is an image whose axis
+# values the text does not give: these are our choice (docs/fedproto.md)
+FEDPROTO_FIGURE3_SHOTS = (10, 20, 40, 60, 80, SHOTS)
+FEDPROTO_SPLITS: dict[str, tuple[int, int, int]] = {
+    **{f"{n}way{s}": (n, sd, SHOTS) for n in (3, 4, 5) for s, sd in (("", 2), ("-s3", 3))},
+    **{f"3way-k{k}": (3, 2, k) for k in FEDPROTO_FIGURE3_SHOTS if k != SHOTS},
+}
 
 # Client splits per dataset (clients per domain, in domain order). PROTOCOL.md sections 1 and 3.
 SPLITS: dict[str, dict[str, dict[str, int]]] = {
@@ -36,9 +47,8 @@ SPLITS: dict[str, dict[str, dict[str, int]]] = {
     # FedPLVM: one client per domain; its Table 10: 10 clients, unbalanced (each the next 10 images of each class)
     "digit5": {"default": {d: 1 for d in DATASETS["digit5"]},
                "unbalanced": {"mnist": 1, "svhn": 4, "usps": 2, "syn": 2, "mnistm": 1}},
-    # FedProto: 20 MNIST clients, n-way k-shot with mean n = 3, 4 or 5 and stdev 2 (Table 1) or 3 (Table 2's
-    # second rows: split <n>way-s3) (DatasetSpec.ways)
-    "mnist": {f"{n}way{s}": {"mnist": 20} for n in (3, 4, 5) for s in ("", "-s3")},
+    # FedProto: 20 MNIST clients, n-way k-shot (FEDPROTO_SPLITS, DatasetSpec.ways)
+    "mnist": {name: {"mnist": 20} for name in FEDPROTO_SPLITS},
     "office10": {"default": {d: 1 for d in DATASETS["office10"]}},
 }
 # FPL's Digits at scale (docs/scale.md): each domain's clients of the code split times 5 (100 clients) or 25 (500),
@@ -64,9 +74,9 @@ class DatasetSpec:
     client_pct: float | None = None
     per_class: tuple[int, int] | None = None
     channels: int = 3  # image channels the model takes: grey images are repeated to 3, or kept as 1
-    # FedProto's n-way k-shot split (benchmark.fewshot): split name -> (mean n, stdev of n); each client gets its
-    # own test samples (40 of each of its classes) and is evaluated on them in its client group
-    ways: dict[str, tuple[int, int]] | None = None
+    # FedProto's n-way k-shot split (benchmark.fewshot): split name -> (mean n, stdev of n, mean k); each client gets
+    # its own test samples (40 of each of its classes) and is evaluated on them in its client group
+    ways: dict[str, tuple[int, int, int]] | None = None
     # FedPLVM's Dirichlet label skew (`RunConfig.dirichlet_alpha`, `benchmark.partition.LabelSkew`): how a drawn
     # share becomes a count: its code rounds Digit-5's up (np.ceil) and truncates Office-10's (astype(int))
     skew_rounding: str = "ceil"
@@ -82,7 +92,7 @@ DATASET_SPECS: dict[str, DatasetSpec] = {
     "office10": DatasetSpec(num_classes=10, model="resnet10_plvm", image_size=64, per_class=(10, 100),
                             transform=Transform(mean=(0.0,) * 3, std=(1.0,) * 3, augment=False), skew_rounding="floor"),
     # FedProto (its lib/utils.py): MNIST 1 x 28 x 28, ToTensor + Normalize((0.1307,), (0.3081,)), no augmentation
-    "mnist": DatasetSpec(num_classes=10, model="cnn_mnist", image_size=28, channels=1, ways={f"{n}way{s}": (n, sd) for n in (3, 4, 5) for s, sd in (("", 2), ("-s3", 3))},
+    "mnist": DatasetSpec(num_classes=10, model="cnn_mnist", image_size=28, channels=1, ways=FEDPROTO_SPLITS,
                          transform=Transform(mean=(0.1307,), std=(0.3081,), augment=False)),
 }
 
@@ -107,10 +117,12 @@ PRESETS: dict[str, dict] = {
     "fedplvm-digit5": dict(dataset="digit5", rounds=50, **_FEDPLVM),  # FedPLVM (NeurIPS 2024), section 2
     "fedplvm-office10": dict(dataset="office10", rounds=80, **_FEDPLVM),
     # FedProto (AAAI 2022), section 4: SGD lr 0.01 momentum 0.5 (no weight decay), batch 4 with the
-    # DataLoader's drop_last, 1 local epoch, 100 rounds; n = 3, 4, 5, stdev of n 2 (Table 1) or 3 (-s3, Table 2)
-    **{f"fedproto-mnist-n{n}{s}": dict(dataset="mnist", split=f"{n}way{s}", rounds=100, local_epochs=1, batch_size=4,
-                                       lr=0.01, momentum=0.5, weight_decay=0.0, drop_last=True)
-       for n in (3, 4, 5) for s in ("", "-s3")},
+    # DataLoader's drop_last, 1 local epoch, 100 rounds; a preset per split of FEDPROTO_SPLITS: fedproto-mnist-n3
+    # (split 3way), -n3-s3 (3way-s3), -n3-k10 (3way-k10), ...
+    **{f"fedproto-mnist-n{name.replace('way', '')}": dict(dataset="mnist", split=name, rounds=100, local_epochs=1,
+                                                         batch_size=4, lr=0.01, momentum=0.5, weight_decay=0.0,
+                                                         drop_last=True)
+       for name in FEDPROTO_SPLITS},
     # FPL's protocol with 100 or 500 Digits clients, a tenth of them drawn each round (issue 26, docs/scale.md)
     **{f"scale-digits-{name[:-7]}": dict(dataset="digits", split=name, participation=0.1, **_FPL)
        for name in SCALED_DIGITS},

@@ -240,6 +240,11 @@ class RunConfig:
         return self.dataset_spec.ways[self.split][1] if self.dataset_spec.ways else None
 
     @property
+    def ways_shots(self) -> int | None:
+        """The mean k (training samples per class) of an n-way k-shot split (100 but in FedProto's Figure 3)."""
+        return self.dataset_spec.ways[self.split][2] if self.dataset_spec.ways else None
+
+    @property
     def dropped_domains(self) -> list[str]:
         return [d for d in DATASETS[self.dataset] if d not in self.domains]
 

@@ -5,12 +5,14 @@
 The runs (table "fedproto" of `ray_jobs.tables`, planned and run as every sweep's, resumable): the paper's
 eight rows, Local, FeSEM, FedProx, FedPer, FedAvg, FedRep, FedProto and FedProto-mh, on the presets
 `fedproto-mnist-n3|n4|n5` (stdev 2, Table 1) and `fedproto-mnist-n3|n4|n5-s3` (stdev 3, Table 2's second
-rows), the same split and model for all. The report: per method, stdev and n, mean ± std over seeds of the
+rows), the same split and model for all; and Figure 3's, FedProto and FedAvg at n = 3 with k training samples per
+class (presets `fedproto-mnist-n3-k<k>`; k = 100 is Table 1's n = 3). The report: per method, stdev and n, mean ± std over seeds of the
 final round's mean client accuracy, beside the paper's value (whose ± is the std over clients; ours over clients
 is in its own column). FedProto's headline is its prototype inference; its classifier's argmax has a row of
 its own. Parameters per round are what the clients upload, counted from the tensors that travel (the run's
 `communication`): a model per client for FedAvg, FedProx and FeSEM, the body for FedPer and FedRep, a 50-d
-prototype per class held for FedProto, 0 for Local; the paper's column beside them.
+prototype per class held for FedProto, 0 for Local; the paper's column beside them. Figure 3: the final mean
+client accuracy against k, a table and its plot (the paper gives a plot only).
 """
 from __future__ import annotations
 
@@ -20,6 +22,8 @@ import numpy as np
 import pandas as pd
 
 from benchmark import paper
+from benchmark.fewshot import SHOTS
+from benchmark.protocols import FEDPROTO_FIGURE3_SHOTS
 from benchmark.results import atomic_write, read_jsonl, read_summary, run_complete
 from ray_jobs.config import RunConfig
 from ray_jobs.figures import RUNS_LINE, table_figures
@@ -48,7 +52,7 @@ def collect(runs: list[RunConfig]) -> pd.DataFrame:
             if rule in s["final"]:
                 per_client = [a[rule] for a in last["client_accuracy"].values()]
                 rows.append({"method": cfg.method, "rule": rule, "stdev": cfg.ways_stdev, "ways": cfg.ways,
-                             "seed": cfg.seed, "acc": s["final"][rule], "client_std": float(np.std(per_client)),
+                             "shots": cfg.ways_shots, "seed": cfg.seed, "acc": s["final"][rule], "client_std": float(np.std(per_client)),
                              "params": uploaded_params(s)})
     return pd.DataFrame(rows)
 
@@ -64,16 +68,46 @@ def paper_value(method: str, rule: str, stdev: int, ways: int) -> tuple[float | 
     return paper.FEDPROTO_TABLE[stdev][method][ways]
 
 
+def figure3_lines(agg: pd.DataFrame, shots: list[int], drawn: bool) -> list[str]:
+    """Figure 3's section of the report: per k, FedProto's and FedAvg's final mean client accuracy at n = 3 (stdev
+    2; AVG: FedProto's prototype inference, FedAvg's classifier), mean ± std over seeds, and its plot."""
+    lines = ["## Figure 3: FedProto and FedAvg with fewer training samples per class (n = 3, stdev of n 2)", "",
+             "The paper gives this as a plot only, no numbers to compare, and its text does not give the plot's "
+             f"values of k: ours are k = {', '.join(map(str, FEDPROTO_FIGURE3_SHOTS))} (each client's k drawn as "
+             "randint(k - 1, k + 1), as the split draws it for stdev 2; k = 100 is Table 1's n = 3 run). Final mean "
+             "client accuracy (%) (FedProto: nearest global prototype; FedAvg: the global model's argmax), mean ± std "
+             "over seeds.", "", "| k | " + " | ".join(paper.FEDPROTO_FIGURE3) + " |",
+             "|---|" + "---|" * len(paper.FEDPROTO_FIGURE3)]
+    for k in shots:
+        cells = [str(k)]
+        for m in paper.FEDPROTO_FIGURE3:
+            rule = "prototype" if m in FEDPROTO_METHODS else "classifier"
+            hit = agg[(agg.method == m) & (agg.rule == rule) & (agg.ways == 3) & (agg.stdev == 2) & (agg.shots == k)]
+            if hit.empty:
+                cells.append("not run")
+                continue
+            std = hit.iloc[0]["std"]
+            cells.append(f"{hit.iloc[0]['ours']:.2f}" + ("" if np.isnan(std) else f" ± {std:.2f}"))
+        lines.append("| " + " | ".join(cells) + " |")
+    lines.append("")
+    if drawn:
+        lines += ["![Figure 3: accuracy against samples per class](figures/tablefedproto/samples.png)", ""]
+    return lines
+
+
 def report(profile: str, runs: list[RunConfig], results_dir: Path) -> tuple[pd.DataFrame, dict]:
     """results_dir/tablefedproto.md and .csv, and the accuracy curves (figures/tablefedproto/); returns the
     report's rows and the figures (`figures.fedproto_figures`). Every row of `runs` (the table's plan) has a line;
     the cells of runs not complete say "not run" beside the paper's value."""
-    planned = {(c.method, c.ways_stdev) for c in runs}  # every row the table plans has a line, run or not
+    # every row the tables and Figure 3 plan has a line, run or not
+    planned = {(c.method, c.ways_stdev) for c in runs if c.ways_shots == SHOTS}
+    planned_k = sorted({c.ways_shots for c in runs if c.method in paper.FEDPROTO_FIGURE3 and c.ways == 3
+                        and c.ways_stdev == 2} if any(c.ways_shots != SHOTS for c in runs) else [])
     runs = [c for c in runs if run_complete(c)]
     if not runs:
         raise RunError("no complete run of table fedproto to report; run its sweep first (make table-fedproto).")
     df = collect(runs)
-    agg = df.groupby(["method", "rule", "stdev", "ways"], sort=False).agg(
+    agg = df.groupby(["method", "rule", "stdev", "ways", "shots"], sort=False).agg(
         ours=("acc", "mean"), std=("acc", "std"), seeds=("acc", "count"), client_std=("client_std", "mean"),
         params=("params", "mean")).reset_index()
     c0 = runs[0]
@@ -95,7 +129,7 @@ def report(profile: str, runs: list[RunConfig], results_dir: Path) -> tuple[pd.D
              "| method | stdev | " + " | ".join(f"n = {w}" for w in WAYS)
              + " | client std (n = 3/4/5) | params/round (paper) | flag |", "|" + "---|" * (len(WAYS) + 5)]
     csv_rows = []
-    groups = dict(iter(agg.groupby(["method", "rule", "stdev"], sort=False)))
+    groups = dict(iter(agg[agg.shots == SHOTS].groupby(["method", "rule", "stdev"], sort=False)))
     for method, rule, stdev in [(m, r, sd) for sd in STDEVS for m in paper.FEDPROTO_TABLE[sd] if (m, sd) in planned
                                 for r in (("prototype", "classifier") if m in FEDPROTO_METHODS else ("classifier",))]:
         sub = groups.get((method, rule, stdev), agg.iloc[:0]).set_index("ways")
@@ -112,7 +146,7 @@ def report(profile: str, runs: list[RunConfig], results_dir: Path) -> tuple[pd.D
             std_s = "" if np.isnan(std) else f" ± {std:.2f}"
             cells.append(f"{ours:.2f}{std_s}" + ("" if pv is None else f" ({pv:.2f}, {diff:+.2f})"))
             csv_rows.append({"profile": profile, "method": method, "rule": rule, "stdev": stdev, "ways": w,
-                             "ours_mean": round(float(ours), 4), "ours_std": None if np.isnan(std) else round(float(std), 4),
+                             "shots": SHOTS, "ours_mean": round(float(ours), 4), "ours_std": None if np.isnan(std) else round(float(std), 4),
                              "seeds": int(sub.loc[w, "seeds"]), "client_std": round(float(sub.loc[w, "client_std"]), 4),
                              "paper": pv, "diff": None if diff is None else round(float(diff), 4),
                              "params_per_round": int(sub.loc[w, "params"])})
@@ -124,8 +158,16 @@ def report(profile: str, runs: list[RunConfig], results_dir: Path) -> tuple[pd.D
     lines.append("")
     figs = table_figures("fedproto", [Path(c.out) for c in runs], results_dir / "figures" / "tablefedproto",
                          f"{TABLES['fedproto'].title}, {profile} profile")
-    splits = sorted({c.split for c in runs}, key=lambda sp: (len(sp), sp))
+    splits = sorted({c.split for c in runs if c.ways_shots == SHOTS}, key=lambda sp: (len(sp), sp))
     lines += [f"![{sp}: accuracy over rounds](figures/tablefedproto/curves_{sp}.png)" for sp in splits] + [""]
+    if planned_k:
+        lines += figure3_lines(agg, planned_k, figs["samples"] is not None)
+        for row in agg[(agg.shots != SHOTS)].itertuples():
+            csv_rows.append({"profile": profile, "method": row.method, "rule": row.rule, "stdev": row.stdev,
+                             "ways": row.ways, "shots": row.shots, "ours_mean": round(float(row.ours), 4),
+                             "ours_std": None if np.isnan(row.std) else round(float(row.std), 4),
+                             "seeds": int(row.seeds), "client_std": round(float(row.client_std), 4), "paper": None,
+                             "diff": None, "params_per_round": int(row.params)})
     lines += [RUNS_LINE + ", ".join(sorted({c.run_name for c in runs})), ""]
     results_dir.mkdir(parents=True, exist_ok=True)
     atomic_write(results_dir / "tablefedproto.md", "\n".join(lines))

@@ -23,6 +23,7 @@ from scipy.stats import kendalltau
 
 from benchmark import paper
 from benchmark.data import DATASETS
+from benchmark.fewshot import SHOTS
 from benchmark.provenance import hardware_label
 from benchmark.results import read_summary, run_complete
 from ray_jobs import report_fedproto
@@ -131,7 +132,9 @@ def domain_table(table: str, runs_planned, domains: list[str] | None) -> list[st
 
 
 def fedproto_table(runs_planned) -> list[str]:
+    """Tables 1 and 2 (k = 100); Figure 3's runs (other k) are in the table's own report."""
     spec = TABLES["fedproto"]
+    runs_planned = [c for c in runs_planned if c.ways_shots == SHOTS]
     runs = [c for c in runs_planned if run_complete(c)]
     if not runs:
         return [f"### {spec.title}", "", "Not run yet: `make table-fedproto`.", ""]

@@ -266,7 +266,7 @@ def plan_run_clients(cfg: RunConfig, root: Path | None = None) -> list[dict]:
     spec = cfg.dataset_spec
     return plan_clients(root or resolve_data_root(cfg.data_root), cfg.dataset, cfg.clients_per_domain,
                         client_share(cfg.dataset, cfg.split, spec), cfg.seed, cfg.client_fraction, spec.per_class,
-                        cfg.ways, cfg.label_skew, cfg.ways_stdev)
+                        cfg.ways, cfg.label_skew, cfg.ways_stdev, cfg.ways_shots)
 
 
 def run(cfg: RunConfig, quiet: bool = False, resume: bool = False,

@@ -10,6 +10,8 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from benchmark import paper
+from benchmark.fewshot import SHOTS
+from benchmark.protocols import FEDPROTO_FIGURE3_SHOTS
 from lightning_modules.registry import METHODS, TABLE2_METHODS
 
 METRICS = {
@@ -48,6 +50,7 @@ class Table:
     # the methods whose rows the smoke profile runs (None: every row): a table beside others in a group, whose
     # other rows run the same code paths there
     smoke_methods: tuple[str, ...] | None = None
+    smoke_presets: tuple[str, ...] | None = None  # the presets whose rows the smoke profile runs (None: every preset)
     # a hyperparameter grid (FedPLVM's Figures 4 and 5): (name, values); each (method, preset) row runs once per value,
     # the value in the run's `hparams` over the method's default; a value equal to the default is the row's plain run
     # (its name has no suffix: `RunConfig.run_name`), shared with the table that runs it; its own report
@@ -57,8 +60,9 @@ class Table:
 
     def row_list(self, profile: str = "full") -> list[tuple[str, str]]:
         rows = self.rows() if callable(self.rows) else self.rows
-        if profile == "smoke" and self.smoke_methods is not None:
-            rows = [(m, p) for m, p in rows if m in self.smoke_methods]
+        if profile == "smoke":
+            rows = [(m, p) for m, p in rows if (self.smoke_methods is None or m in self.smoke_methods)
+                    and (self.smoke_presets is None or p in self.smoke_presets)]
         return rows
 
     def hparam_sets(self, profile: str = "full") -> list[dict]:
@@ -91,12 +95,18 @@ TABLES: dict[str, Table] = {
                _fpl_rows(paper.TABLE3) + [("fpl_cpcl_only", "fpl-office"), ("fpl_cpcl_global", "fpl-office")],
                paper.TABLE3),
     # FedProto (AAAI 2022) Tables 1 and 2, MNIST n-way k-shot, n = 3, 4, 5, stdev of n 2 (Table 1) and 3 (Table 2's
-    # second rows, presets -s3), the paper's eight rows; its own report (ray_jobs.report_fedproto); its ± is the
-    # std over the 20 clients of one run, so one seed, as the paper's
+    # second rows, presets -s3), the paper's eight rows, and Figure 3 (FedProto and FedAvg at n = 3 with k samples
+    # per class, presets -k<k>; run after Table 1, before Table 2's second rows); its own report (ray_jobs.report_fedproto); its ± is the std over the 20 clients of
+    # one run, so one seed, as the paper's. Smoke: Figure 3's k = 60 alone (at least 2 samples per class at the smoke
+    # profile's 5%, a batch of 4 on a client of 2 classes; smaller k leave such a client no batch)
     "fedproto": Table("FedProto Tables 1 and 2 (MNIST, stdev of n 2 and 3)",
-                      [(m, f"fedproto-mnist-n{n}{'-s3' if sd == 3 else ''}") for sd in (2, 3) for n in (3, 4, 5)
-                       for m in paper.FEDPROTO_TABLE[sd]],
-                      paper.FEDPROTO_TABLE, metric="final", seeds=(0,), smoke=dict(eval_max=None)),
+                      [(m, f"fedproto-mnist-n{n}") for n in (3, 4, 5) for m in paper.FEDPROTO_TABLE[2]]
+                      + [(m, f"fedproto-mnist-n3-k{k}") for k in FEDPROTO_FIGURE3_SHOTS if k != SHOTS
+                         for m in paper.FEDPROTO_FIGURE3]
+                      + [(m, f"fedproto-mnist-n{n}-s3") for n in (3, 4, 5) for m in paper.FEDPROTO_TABLE[3]],
+                      paper.FEDPROTO_TABLE, metric="final", seeds=(0,), smoke=dict(eval_max=None),
+                      smoke_presets=(*(f"fedproto-mnist-n{n}{s}" for n in (3, 4, 5) for s in ("", "-s3")),
+                                     "fedproto-mnist-n3-k60")),
     "fedapc": Table("FedAPC Tables I and II (8 clients; fedapc_noaug: Table II, without augmentation)",
                     [(m, p) for p in ("fedapc-digits", "fedapc-office") for m in paper.FEDAPC], paper.FEDAPC,
                     communication=True),

@@ -89,6 +89,29 @@ def test_stdev_3_split_class_counts_from_its_seed(data_root, mnist_labels, ways)
     assert planned_clients(dataclasses.replace(cfg, split=f"{ways}way")) != clients
 
 
+@pytest.mark.parametrize("shots", [10, 60])
+def test_figure_3_split_takes_k_samples_per_class_from_its_seed(data_root, mnist_labels, shots):
+    """Figure 3's splits (preset fedproto-mnist-n3-k<shots>): n ~ randint(max(2, 3 - 2), min(10, 3 + 3)) and
+    k ~ randint(shots - 1, shots + 1), drawn here again from the split's stream (seed, domain position 0); its
+    classes hold k training and 40 test samples each; the same n and classes as Table 1's n = 3 split, fewer
+    samples."""
+    train_y, test_y = mnist_labels
+    cfg = RunConfig.from_preset(f"fedproto-mnist-n3-k{shots}", method="fedproto_orig", seed=2, data_root=str(data_root))
+    assert (cfg.split, cfg.ways, cfg.ways_stdev, cfg.ways_shots) == (f"3way-k{shots}", 3, 2, shots)
+    rng = np.random.default_rng([2, 0])
+    n = rng.integers(2, 6, size=20)
+    k = rng.integers(shots - 1, shots + 1, size=20)
+    clients = planned_clients(cfg)
+    assert [len(c["classes"]) for c in clients] == n.tolist()
+    for c, kc in zip(clients, k):
+        assert np.bincount(train_y[c["indices"]], minlength=10)[c["classes"]].tolist() == [kc] * len(c["classes"])
+        assert np.bincount(test_y[c["test_indices"]], minlength=10)[c["classes"]].tolist() == [40] * len(c["classes"])
+    assert set(k.tolist()) == {shots - 1, shots}
+    table1 = planned_clients(dataclasses.replace(cfg, split="3way"))
+    assert [c["classes"] for c in table1] == [c["classes"] for c in clients]
+    assert sum(c["num_samples"] for c in clients) < sum(c["num_samples"] for c in table1)
+
+
 def test_split_refuses_too_many_clients_for_a_class(mnist_labels):
     train_y, test_y = mnist_labels
     with pytest.raises(ValueError, match="too few for"):

@@ -1,6 +1,7 @@
-"""`make table-fedproto PROFILE=smoke EXECUTOR=local` end to end: 48 runs (the paper's 8 methods x n = 3, 4, 5 x
-stdev of n 2 and 3), the report beside FedProto's Tables 1 and 2 with both inference rules and the parameters
-uploaded per round, counted from what travelled; resumable."""
+"""`make table-fedproto PROFILE=smoke EXECUTOR=local` end to end: 50 runs (the paper's 8 methods x n = 3, 4, 5 x
+stdev of n 2 and 3, and Figure 3's FedProto and FedAvg at n = 3 with k = 60 samples per class), the report beside
+FedProto's Tables 1 and 2 with both inference rules and the parameters uploaded per round, counted from what
+travelled, and Figure 3 against k; resumable."""
 from __future__ import annotations
 
 import json
@@ -36,6 +37,8 @@ def test_report_beside_the_paper(smoke):
     md = (smoke / "tablefedproto.md").read_text()
     assert md.splitlines()[0].startswith("# FedProto Tables 1 and 2") and "SMOKE SETTINGS" in md.splitlines()[0]
     df = pd.read_csv(smoke / "tablefedproto.csv")
+    assert set(df.shots) == {100, 60}
+    df = df[df.shots == 100]  # the tables' rows (Figure 3's: test_figure_3_against_samples_per_class)
     rows = set(zip(df.method, df.rule, df.ways, df.stdev))
     expected = {(m, r, n, sd) for (n, sd) in SPLITS for m in METHODS
                 for r in (("prototype", "classifier") if m.startswith("fedproto") else ("classifier",))}
@@ -77,6 +80,39 @@ def test_report_beside_the_paper(smoke):
     assert "| fedproto_orig (classifier) | 2 |" in md and "| local | 3 |" in md and "(106k; 100 rounds)" in md
 
 
+def test_figure_3_against_samples_per_class(smoke):
+    """Figure 3: FedProto's and FedAvg's final mean client accuracy at n = 3 (stdev 2) against k, in the report's
+    section (k = 60 run, the other k planned and not run, k = 100 from Table 1's n = 3 runs), the CSV and the plot's
+    data, each equal to the runs' final AVG."""
+    from benchmark.figures import fedproto_figures
+
+    df = pd.read_csv(smoke / "tablefedproto.csv")
+    fig3 = df[df.shots == 60]
+    assert set(zip(fig3.method, fig3.rule)) == {("fedproto_orig", "prototype"), ("fedproto_orig", "classifier"),
+                                                ("fedavg", "classifier")}
+    assert set(fig3.ways) == {3} and set(fig3.stdev) == {2} and fig3.paper.isna().all()
+    final = {(m, k): json.loads((smoke / "runs" / f"{m}-mnist-{split}-seed0" / "summary.json").read_text())["final"]
+             for m in ("fedproto_orig", "fedavg") for k, split in ((60, "3way-k60"), (100, "3way"))}
+    assert fig3[fig3.rule == "prototype"].ours_mean.item() == pytest.approx(final["fedproto_orig", 60]["prototype"],
+                                                                           abs=1e-4)
+    assert fig3[fig3.method == "fedavg"].ours_mean.item() == pytest.approx(final["fedavg", 60]["AVG"], abs=1e-4)
+    md = (smoke / "tablefedproto.md").read_text()
+    section = md[md.index("## Figure 3"):]
+    assert "| k | fedproto_orig | fedavg |" in section
+    assert [line.split(" |")[0] for line in section.splitlines() if line[2:3].isdigit()] == ["| 60", "| 100"]  # planned
+    for k in (60, 100):
+        assert f"| {k} | {final['fedproto_orig', k]['AVG']:.2f} | {final['fedavg', k]['AVG']:.2f} |" in section
+    assert "](figures/tablefedproto/samples.png)" in section
+    runs = [smoke / "runs" / f"{m}-mnist-{sp}-seed0" for m in METHODS for sp in ("3way", "3way-k60", "4way-s3")
+            if (smoke / "runs" / f"{m}-mnist-{sp}-seed0").exists()]
+    figs = fedproto_figures(runs, smoke / "redrawn")
+    got = {(r.method, r.value): r.mean for r in figs["samples"].itertuples()}
+    assert got == pytest.approx({(m, k): final[m, k]["AVG"] for m in ("fedproto_orig", "fedavg") for k in (60, 100)})
+    assert set(figs["samples"].domain) == {"AVG"}
+    assert (smoke / "redrawn" / "samples.png").exists() and (smoke / "figures" / "tablefedproto" / "samples.png").exists()
+    assert set(figs["curves"].dataset) == {"3way", "4way-s3"}  # curves per table split, none for Figure 3's k
+
+
 def test_figures_are_redrawn_from_the_report(smoke):
     png = smoke / "figures" / "tablefedproto" / "curves_3way.png"
     png.unlink()
@@ -93,8 +129,8 @@ def test_report_run_in_wandb(smoke, data_root, monkeypatch):
     media = next(d for d in Path(os.environ["WANDB_DIR"]).rglob("offline-run-*/files/media")
                  if list(d.glob("table/tablefedproto_*.table.json")))
     report = json.loads(next(media.glob("table/tablefedproto_*.table.json")).read_text())
-    assert len(report["data"]) == len(pd.read_csv(smoke / "tablefedproto.csv")) == 60
-    assert len(list(media.glob("images/figures/*.png"))) == 6
+    assert len(report["data"]) == len(pd.read_csv(smoke / "tablefedproto.csv")) == 63
+    assert len(list(media.glob("images/figures/*.png"))) == 7  # curves per table split and Figure 3
     chart = json.loads(next(media.glob("table/avg_per_round/4way_table_*.table.json")).read_text())
     rows = pd.DataFrame(chart["data"], columns=chart["columns"])
     assert set(rows.lineKey) == set(METHODS)
@@ -105,8 +141,10 @@ def test_report_run_in_wandb(smoke, data_root, monkeypatch):
 
 def test_rerun_runs_nothing(smoke, data_root):
     runs = plan("fedproto", "smoke", None, smoke, str(data_root), {"executor": "local"})
-    assert len(runs) == 48
-    assert {c.preset for c in runs} == {f"fedproto-mnist-n{n}{s}" for n in (3, 4, 5) for s in ("", "-s3")}
+    assert len(runs) == 50
+    assert {c.preset for c in runs} == {f"fedproto-mnist-n{n}{s}" for n in (3, 4, 5) for s in ("", "-s3")} | {
+        "fedproto-mnist-n3-k60"}
+    assert len(plan("fedproto", "full", None, smoke, str(data_root))) == 48 + 2 * 5  # Figure 3: k = 10, 20, 40, 60, 80
     assert execute(runs, None) == []
 
 
@@ -119,12 +157,15 @@ def test_a_partial_report_lists_every_planned_row_with_the_paper_beside_what_did
     shutil.copytree(smoke, copy, ignore=shutil.ignore_patterns("wandb"))
     (copy / "runs" / "fedper-mnist-4way-s3-seed0" / "summary.json").unlink()
     (copy / "runs" / "fedproto_orig-mnist-5way-seed0" / "summary.json").unlink()
+    (copy / "runs" / "fedavg-mnist-3way-k60-seed0" / "summary.json").unlink()
     assert main([*ARGS, "--results-dir", str(copy), "--data-root", str(data_root), "--report-only"]) == 0
+    tables, figure3 = (copy / "tablefedproto.md").read_text().split("## Figure 3")
+    assert figure3.split("\n| 60 | ")[1].splitlines()[0].endswith(" | not run |")  # FedAvg's k = 60
     lines = {tuple(c.strip() for c in line.split("|")[1:3]): line.split("|")[3:6]
-             for line in (copy / "tablefedproto.md").read_text().splitlines() if line.startswith("| ")}
+             for line in tables.splitlines() if line.startswith("| ")}
     assert len(lines) == 1 + 2 * (6 + 2 * 2)  # the header and (6 methods + FedProto's 2 x 2 rules) per stdev
     assert lines[("fedper", "3")][1].strip() == "not run (95.93)"
     assert lines[("fedproto_orig", "2")][2].strip() == "not run (96.70)"
     assert lines[("fedproto_orig (classifier)", "2")][2].strip() == "not run"
     assert lines[("fedper", "3")][0].strip().startswith("not run") is False
-    assert len(pd.read_csv(copy / "tablefedproto.csv")) == 60 - 1 - 2
+    assert len(pd.read_csv(copy / "tablefedproto.csv")) == 63 - 1 - 2 - 1
