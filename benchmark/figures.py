@@ -22,11 +22,12 @@ from benchmark import paper
 from benchmark.data import DATASETS, domain_test_set, load_domain, resolve_data_root
 from benchmark.fewshot import SHOTS
 from benchmark.protocols import DATASET_SPECS
-from benchmark.results import LATER_HPARAMS, MODEL_FILE, read_jsonl
+from benchmark.results import FEATURES_FILE, LATER_HPARAMS, MODEL_FILE, read_jsonl
 
 FORMATS = ("png", "svg")
 DEMO_RUNS = ("demo-fedavg-office_caltech", "demo-fpl-office_caltech")
 MARKERS = "osD^vP*X"
+PROTOTYPE_MARKERS = {"local prototype": ("o", 45), "global prototype": ("*", 260)}  # t-SNE: marker, size
 
 
 class FigureError(RuntimeError):
@@ -322,13 +323,41 @@ def load_model(run_dir: Path):
     return model.eval()
 
 
+def saved_features(run_dir: Path, per_domain: int) -> pd.DataFrame:
+    """A run's FEATURES_FILE (per-client test samples, FedProto's protocol): at most `per_domain` of its clients'
+    test samples (a seed-0 pick) and every local and global prototype; columns kind ("sample", "local prototype",
+    "global prototype"), domain, label, client (-1: global), f0..f49."""
+    cfg = _config(run_dir)
+    with np.load(Path(run_dir) / FEATURES_FILE) as f:
+        arrays = {k: f[k] for k in f.files}
+    keep = np.sort(np.random.default_rng(0).permutation(len(arrays["y"]))[:per_domain])
+    parts = [("sample", arrays["z"][keep], arrays["y"][keep], arrays["client"][keep])]
+    if "local_z" in arrays:
+        parts.append(("local prototype", arrays["local_z"], arrays["local_y"], arrays["local_client"]))
+    if "global_z" in arrays:
+        parts.append(("global prototype", arrays["global_z"], arrays["global_y"], np.full(len(arrays["global_y"]), -1)))
+    frames = []
+    for kind, z, y, client in parts:
+        part = pd.DataFrame(z.astype(np.float32), columns=[f"f{i}" for i in range(z.shape[1])])
+        part.insert(0, "client", client)
+        part.insert(0, "label", y)
+        part.insert(0, "domain", cfg["domains"][0])
+        part.insert(0, "kind", kind)
+        frames.append(part)
+    return pd.concat(frames, ignore_index=True)
+
+
 def test_features(run_dir: Path, per_domain: int, data_root: str | None = None) -> pd.DataFrame:
-    """Features of the final global model on the run's test sets (the same subset the run evaluated,
-    at most `per_domain` images per domain, a fixed seed-0 pick): columns domain, label, f0..f511."""
+    """Features of the run's final models on its test sets: its FEATURES_FILE when it has one (`saved_features`:
+    each client's own test samples with the model it ended with, and the prototypes), else the final global model's
+    (model.pt) on the domains' test sets (the same subset the run evaluated, at most `per_domain` images per domain,
+    a fixed seed-0 pick): columns kind, domain, label, f0..f511."""
     import torch
 
     from benchmark.protocols import DATASET_SPECS
 
+    if (Path(run_dir) / FEATURES_FILE).is_file():
+        return saved_features(run_dir, per_domain)
     cfg, model = _config(run_dir), load_model(run_dir)
     spec = DATASET_SPECS[cfg["dataset"]]
     root = resolve_data_root(data_root or cfg.get("data_root"))
@@ -345,14 +374,17 @@ def test_features(run_dir: Path, per_domain: int, data_root: str | None = None) 
         part = pd.DataFrame(z, columns=[f"f{i}" for i in range(z.shape[1])])
         part.insert(0, "label", y.numpy())
         part.insert(0, "domain", dom)
+        part.insert(0, "kind", "sample")
         parts.append(part)
     return pd.concat(parts, ignore_index=True)
 
 
 def plot_tsne(run_dirs, stem: Path, per_domain: int = 300, data_root: str | None = None,
-              formats=FORMATS) -> dict[str, pd.DataFrame]:
-    """t-SNE (scikit-learn, seed 0) of each run's test features, a panel per run side by side, coloured by
-    class and marked by domain. Returns {run name: DataFrame(domain, label, x, y)}."""
+              formats=FORMATS, title: str | None = None) -> dict[str, pd.DataFrame]:
+    """t-SNE (scikit-learn, seed 0) of each run's test features (`test_features`), a panel per run side by side,
+    coloured by class and marked by domain; a run's local prototypes (circles) and global ones (large stars), when it
+    saved them, are embedded with its samples (FedProto's Figure 2). Returns {run name: DataFrame(kind, domain,
+    label, x, y)}."""
     from matplotlib import colormaps
     from matplotlib.lines import Line2D
     from sklearn.manifold import TSNE
@@ -362,36 +394,47 @@ def plot_tsne(run_dirs, stem: Path, per_domain: int = 300, data_root: str | None
         feats = test_features(run_dir, per_domain, data_root)
         z = feats.filter(regex=r"^f\d+$").to_numpy()
         xy = TSNE(2, perplexity=min(30.0, (len(z) - 1) / 3), init="pca", random_state=0).fit_transform(z)
-        maps[_config(run_dir)["run_name"]] = feats[["domain", "label"]].assign(x=xy[:, 0], y=xy[:, 1])
+        maps[_config(run_dir)["run_name"]] = feats[["kind", "domain", "label"]].assign(x=xy[:, 0], y=xy[:, 1])
     fig = Figure(figsize=(5 * len(maps) + 1.5, 5), layout="constrained")
     axes = fig.subplots(1, len(maps), squeeze=False)[0]
     cmap = colormaps["tab10"]
     domains = list(dict.fromkeys(d for m in maps.values() for d in m.domain))
     for ax, (name, m) in zip(axes, maps.items()):
         for k, dom in enumerate(domains):
-            pts = m[m.domain == dom]
+            pts = m[(m.domain == dom) & (m.kind == "sample")]
             ax.scatter(pts.x, pts.y, c=[cmap(int(c) % 10) for c in pts.label], marker=MARKERS[k % len(MARKERS)],
                        s=10, alpha=0.7, linewidths=0)
+        for kind, (marker, size) in PROTOTYPE_MARKERS.items():
+            pts = m[m.kind == kind]
+            ax.scatter(pts.x, pts.y, c=[cmap(int(c) % 10) for c in pts.label], marker=marker, s=size,
+                       edgecolors="black", linewidths=0.8)
         ax.set_title(name, fontsize=10)
         ax.set_xticks([])
         ax.set_yticks([])
     handles = [Line2D([], [], ls="", marker="o", color=cmap(c), label=f"class {c}") for c in range(10)]
     handles += [Line2D([], [], ls="", marker=MARKERS[k % len(MARKERS)], color="k", label=d) for k, d in enumerate(domains)]
+    kinds = {k for m in maps.values() for k in m.kind}
+    handles += [Line2D([], [], ls="", marker=marker, color="w", markeredgecolor="k", markersize=size ** 0.5, label=kind)
+                for kind, (marker, size) in PROTOTYPE_MARKERS.items() if kind in kinds]
     fig.legend(handles=handles, loc="outside right center", fontsize=8)
-    fig.suptitle("t-SNE of the final global model's test features (colour: class, marker: domain)", fontsize=11)
+    fig.suptitle(title or "t-SNE of the final models' test features (colour: class, marker: domain)", fontsize=11)
     _save(fig, stem, formats)
     return maps
 
 
 # --------------------------------------------------------------------------- a table's and the demo's figures
 
+FIGURE2_SAMPLES = 800  # FedProto's Figure 2: test samples per run (of its 20 clients' about 2,400), seed-0 pick
+
+
 def fedproto_figures(run_dirs, out_dir: Path, title: str = "") -> dict:
-    """FedProto Tables 1 and 2's and Figure 3's figures in out_dir: per split of the tables (n and its stdev, k =
-    100) the mean client accuracy over rounds (AVG, classifier, prototype panels), curves_<split>.{png,svg}; and when
+    """FedProto Tables 1 and 2's and Figures 2 and 3's figures in out_dir: per split of the tables (n and its stdev,
+    k = 100) the mean client accuracy over rounds (AVG, classifier, prototype panels), curves_<split>.{png,svg}; when
     there are runs with other k, Figure 3: the final mean client accuracy (AVG) of FedProto and FedAvg at n = 3
-    (stdev 2) against the training samples per class k, samples.{png,svg}. Returns {"curves": the curve data of
-    every split, its split in the `dataset` column, "samples": Figure 3's `grid_data` (None without it), "files":
-    [paths]}."""
+    (stdev 2) against the training samples per class k, samples.{png,svg}; when Figure 2's runs (n = 3) saved their
+    features (FEATURES_FILE), Figure 2: their t-SNE maps side by side with FedProto's local and global prototypes,
+    tsne.{png,svg}. Returns {"curves": the curve data of every split, its split in the `dataset` column, "samples":
+    Figure 3's `grid_data`, "tsne": Figure 2's `plot_tsne` maps (each None without it), "files": [paths]}."""
     ways = DATASET_SPECS["mnist"].ways
     configs = {Path(d): _config(d) for d in run_dirs}
     splits = {d: c["split"] for d, c in configs.items() if ways[c["split"]][2] == SHOTS}
@@ -410,7 +453,18 @@ def fedproto_figures(run_dirs, out_dir: Path, title: str = "") -> dict:
                             f"{title}:\nFigure 3, n = 3: final mean client accuracy against k (mean over seeds, "
                             "error bars: ± std)", value_of=lambda s: ways[s["split"]][2], domains=("AVG",))
         files += [stem.with_name(f"{stem.name}.{f}") for f in FORMATS]
-    return {"curves": pd.concat(curves, ignore_index=True) if curves else None, "samples": samples, "files": files}
+    # Figure 2: the runs of its methods at n = 3 (stdev 2, k = 100) that saved their features, in its panel order
+    figure2 = {c["method"]: d for d, c in configs.items() if c["split"] == "3way" and c["method"] in paper.FEDPROTO_FIGURE2
+               and (d / FEATURES_FILE).is_file()}
+    tsne = None
+    if figure2:
+        stem = Path(out_dir) / "tsne"
+        tsne = plot_tsne([figure2[m] for m in paper.FEDPROTO_FIGURE2 if m in figure2], stem, FIGURE2_SAMPLES,
+                         title=f"{title}:\nFigure 2, n = 3: t-SNE of {FIGURE2_SAMPLES} test samples' features, each "
+                         "through its client's final model (colour: class), and the local and global prototypes")
+        files += [stem.with_name(f"{stem.name}.{f}") for f in FORMATS]
+    return {"curves": pd.concat(curves, ignore_index=True) if curves else None, "samples": samples, "tsne": tsne,
+            "files": files}
 
 
 def demo_figures(run_dirs, out_dir: Path) -> list[Path]:

@@ -186,5 +186,7 @@ FEDPROTO_COMM_PARAMS_K = {"local": 0, "fesem": 430, "fedprox": 430, "fedper": 10
                           "fedproto_orig": 4, "fedproto_mh": 4}
 FEDPROTO_COMM_ROUNDS = {"local": 0, "fesem": 150, "fedprox": 110, "fedper": 100, "fedavg": 150, "fedrep": 100,
                         "fedproto_orig": 100, "fedproto_mh": 100}
+# Figure 2: the methods whose test features it maps (t-SNE) on MNIST at n = 3, in its panel order (a plot only)
+FEDPROTO_FIGURE2 = ("fedproto_orig", "fedavg", "fesem", "fedper")
 # Figure 3: the methods it compares on MNIST with fewer samples per class (a plot only: no numbers to compare)
 FEDPROTO_FIGURE3 = ("fedproto_orig", "fedavg")

@@ -12,6 +12,9 @@ from benchmark import communication
 
 LAST_K = 5  # the paper's metric: mean accuracy over the last 5 rounds
 MODEL_FILE = "model.pt"  # the final global model of a complete run
+# under per-client test samples (FedProto's protocol): every client's test features with the model it ends the run
+# with, and the last round's local and global prototypes (FedProto's Figure 2, `benchmark.figures.plot_tsne`)
+FEATURES_FILE = "features.npz"
 
 
 def atomic_write(path: Path, text: str) -> None:
@@ -141,7 +144,7 @@ class Recorder:
         rewritten to exactly those and the new W&B run gets them again, so it holds the whole run."""
         self.out = Path(out_dir)
         self.out.mkdir(parents=True, exist_ok=True)
-        for stale in ("summary.json", "error.txt", MODEL_FILE):
+        for stale in ("summary.json", "error.txt", MODEL_FILE, FEATURES_FILE):
             (self.out / stale).unlink(missing_ok=True)
         self.cfg, self.clients, self.rounds = cfg, clients, []
         atomic_write(self.out / "config.json", json.dumps({**cfg, "clients": clients, "test_sizes": test_sizes}, indent=2))
@@ -184,6 +187,15 @@ class Recorder:
         tmp = self.out / f".{MODEL_FILE}.tmp{os.getpid()}"
         torch.save(state, tmp)
         os.replace(tmp, self.out / MODEL_FILE)
+
+    def save_features(self, arrays: dict) -> None:
+        """features.npz (FEATURES_FILE): the final test features and prototypes (`Driver.final_features`), written
+        atomically."""
+        import numpy as np
+
+        tmp = self.out / f".{FEATURES_FILE}.tmp{os.getpid()}.npz"
+        np.savez_compressed(tmp, **arrays)
+        os.replace(tmp, self.out / FEATURES_FILE)
 
     def finish(self, images: dict[str, Path] | None = None) -> dict:
         """summary.json; the W&B run gets the tables, `images` ({name: PNG path}) and its summary."""

@@ -374,6 +374,33 @@ class ClientGroup:
         """Every client's own model (on the CPU), under a rule that averages no weights."""
         return {cid: {k: v.cpu() for k, v in state.items()} for cid, state in self.own_models.items()}
 
+    def tested_module(self, c: dict, global_state: State | None) -> ClientModule:
+        """Client c's module holding the model it is tested with (its own, its entry of a per-client global state,
+        or the global one, with the part it keeps put back: `personalise`), in eval mode."""
+        module = self.module_for(c)
+        module.net.load_state_dict(module.personalise(self.start_weights(c, global_state),
+                                                      self.client_states.get(c["id"])))
+        module.eval()
+        return module
+
+    @torch.no_grad()
+    def test_features(self, global_state: State | None, batch_size: int = 1000) -> dict[int, tuple]:
+        """Every client's features of its own test samples with the model it is tested with (`evaluate`'s), as
+        float16 numpy, and their labels (FedProto's Figure 2)."""
+        out = {}
+        for c in self.clients:
+            if c["id"] not in self.test_data:
+                continue
+            x, y, _ = self.fetch([c["id"]], self.test_data)[0]
+            module = self.tested_module(c, global_state)
+            z = []
+            for i in range(0, len(y), batch_size):
+                with precision_context(self.cfg.precision, self.device):
+                    z.append(module.net(module.transform.eval(x[i:i + batch_size]))[1].float().cpu())
+            out[c["id"]] = (torch.cat(z).half().numpy(), y.cpu().numpy())
+            self.release([c["id"]])
+        return out
+
     @torch.no_grad()
     def evaluate(self, global_state: State | None, payload: RoundPayload | None, batch_size: int = 1000) -> dict:
         """Every client with its own test samples, tested with the model it ends the round with (its own, its entry
@@ -388,10 +415,7 @@ class ClientGroup:
             if c["id"] not in self.test_data:
                 continue
             x, y, classes = self.fetch([c["id"]], self.test_data)[0]
-            module = self.module_for(c)
-            weights = self.start_weights(c, global_state)
-            module.net.load_state_dict(module.personalise(weights, self.client_states.get(c["id"])))
-            module.eval()
+            module = self.tested_module(c, global_state)
             counts = torch.zeros(len(rules), dtype=torch.long, device=y.device)
             protos = payload.test_prototypes(c["id"]) if by_prototype else None
             if protos is not None:  # on the device once per client, not per batch

@@ -29,7 +29,7 @@ from benchmark.provenance import describe_process
 from lightning_modules.base import own_initialisation, precision_context
 from lightning_modules.clients import aggregation_weight, resolve_device
 from lightning_modules.privacy import model_options
-from lightning_modules.prototypes import per_class_count
+from lightning_modules.prototypes import held_prototypes, per_class_count
 from lightning_modules.registry import METHODS
 from lightning_modules.server import State, accumulate, cast_like, weighted_mean
 from ray_jobs.config import RunConfig
@@ -80,6 +80,7 @@ class Driver:
         self.global_state = None if not self.rule.averages_weights else {c["id"]: init for c in clients} if self.rule.per_client else init
         self.model = model.to(self.device)
         self.payload = None  # round 0: no prototypes yet
+        self.last_protos = None  # the prototypes the clients uploaded in the last round, when prototypes travel
         self.client_test_sizes = {c["id"]: len(c["test_indices"]) for c in clients if "test_indices" in c}
         # clients with models of their own on a protocol of domain test sets: each on its domain's (in its group)
         self.domain_of = {} if not self.rule.personal_models or self.client_test_sizes else {c["id"]: c["domain"] for c in clients}
@@ -135,6 +136,31 @@ class Driver:
         state = self.rule.evaluated_state(self.global_state)
         return {k: (v.half() if v.is_floating_point() else v).cpu() for k, v in state.items()}
 
+    def final_features(self) -> dict[str, np.ndarray] | None:
+        """Under a protocol of per-client test samples (FedProto's), what its Figure 2 draws (`FEATURES_FILE`):
+        every client's test features with the model it ends the run with (`z`, float16), their labels `y` and
+        clients `client`; when prototypes travel, the last round's local ones (`local_z`, `local_y`,
+        `local_client`) and the global ones the clients are tested with (`global_z`, `global_y`). None under
+        domain test sets (model.pt holds the global model)."""
+        if not self.client_test_sizes:
+            return None
+        state = None if self.global_state is None else self.rule.evaluated_state(self.global_state)
+        per = {cid: f for part in self.executor.map("test_features", self.executor.put(state)) for cid, f in part.items()}
+        ids = sorted(per)
+        out = {"z": np.concatenate([per[c][0] for c in ids]), "y": np.concatenate([per[c][1] for c in ids]),
+               "client": np.concatenate([np.full(len(per[c][1]), c) for c in ids])}
+        if self.last_protos:
+            rows = [(cid, k, v.float().reshape(-1, v.shape[-1])) for cid in sorted(self.last_protos)
+                    for k, v in sorted(self.last_protos[cid].items())]
+            out |= {"local_z": torch.cat([v for _, _, v in rows]).half().numpy(),
+                    "local_y": np.concatenate([np.full(len(v), k) for _, k, v in rows]),
+                    "local_client": np.concatenate([np.full(len(v), cid) for cid, _, v in rows])}
+        glob = getattr(self.payload, "global_protos", None)
+        if torch.is_tensor(glob) and glob.shape[0] == self.rule.num_classes:  # NaN rows: classes no client holds
+            held, classes = held_prototypes(glob.float().cpu())
+            out |= {"global_z": held.half().numpy(), "global_y": classes.numpy()}
+        return out
+
     def describe(self) -> dict:
         """Provenance: the executor, the driver's process and every client actor's (machine, device, engine)."""
         driver = describe_process(self.device)
@@ -170,6 +196,7 @@ class Driver:
 
         protos = {cid: p for res in results for cid, p in res["protos"].items()}
         self.payload = self.rule.payload(protos, r)
+        self.last_protos = protos if self.payload is not None else None
         t3 = time.perf_counter()
 
         # the clients' states after this round before the evaluation: a client group restarted during it gets

@@ -12,7 +12,8 @@ is in its own column). FedProto's headline is its prototype inference; its class
 its own. Parameters per round are what the clients upload, counted from the tensors that travel (the run's
 `communication`): a model per client for FedAvg, FedProx and FeSEM, the body for FedPer and FedRep, a 50-d
 prototype per class held for FedProto, 0 for Local; the paper's column beside them. Figure 3: the final mean
-client accuracy against k, a table and its plot (the paper gives a plot only).
+client accuracy against k, a table and its plot (the paper gives a plot only). Figure 2: t-SNE maps of the n = 3
+runs of FedProto, FedAvg, FeSEM and FedPer, from the test features each run saved at its end (`features.npz`).
 """
 from __future__ import annotations
 
@@ -160,6 +161,13 @@ def report(profile: str, runs: list[RunConfig], results_dir: Path) -> tuple[pd.D
                          f"{TABLES['fedproto'].title}, {profile} profile")
     splits = sorted({c.split for c in runs if c.ways_shots == SHOTS}, key=lambda sp: (len(sp), sp))
     lines += [f"![{sp}: accuracy over rounds](figures/tablefedproto/curves_{sp}.png)" for sp in splits] + [""]
+    if figs["tsne"] is not None:
+        lines += ["## Figure 2: t-SNE of the test features and prototypes (n = 3, stdev of n 2)", "",
+                  "Each client's own test samples through the model it ends the run with (FedProto: its own; FedAvg: "
+                  "the global model; FeSEM: its cluster's centre; FedPer: the global body), a seed-0 pick of them, "
+                  "coloured by class; FedProto's last local prototypes (circles) and its global ones (stars) embedded "
+                  "with them. The runs: " + ", ".join(figs["tsne"]) + ".", "",
+                  "![Figure 2: t-SNE of the test features](figures/tablefedproto/tsne.png)", ""]
     if planned_k:
         lines += figure3_lines(agg, planned_k, figs["samples"] is not None)
         for row in agg[(agg.shots != SHOTS)].itertuples():

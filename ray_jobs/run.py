@@ -337,6 +337,9 @@ def run(cfg: RunConfig, quiet: bool = False, resume: bool = False,
         final = call("final_state")
         if final is not None:  # None: no global model (each client kept its own)
             recorder.save_model(final)
+        features = call("final_features")
+        if features is not None:  # per-client test samples (FedProto's protocol): its Figure 2's t-SNE reads them
+            recorder.save_features(features)
     except (Exception, KeyboardInterrupt) as e:  # the run stops; the folder keeps what it has, without summary.json
         if isinstance(e, KeyboardInterrupt):
             msg = "interrupted (Ctrl-C)."

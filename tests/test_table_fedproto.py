@@ -33,6 +33,16 @@ def smoke(data_root, tmp_path_factory):
     return out
 
 
+@pytest.fixture(scope="module")
+def redrawn(smoke):
+    """The report's figures drawn again from Table 1's n = 3, Figure 3's k = 60 and Table 2's n = 4 runs (their
+    data: `fedproto_figures`' return value)."""
+    from benchmark.figures import fedproto_figures
+
+    runs = [smoke / "runs" / f"{m}-mnist-{sp}-seed0" for m in METHODS for sp in ("3way", "3way-k60", "4way-s3")]
+    return fedproto_figures([r for r in runs if r.exists()], smoke / "redrawn")
+
+
 def test_report_beside_the_paper(smoke):
     md = (smoke / "tablefedproto.md").read_text()
     assert md.splitlines()[0].startswith("# FedProto Tables 1 and 2") and "SMOKE SETTINGS" in md.splitlines()[0]
@@ -80,12 +90,10 @@ def test_report_beside_the_paper(smoke):
     assert "| fedproto_orig (classifier) | 2 |" in md and "| local | 3 |" in md and "(106k; 100 rounds)" in md
 
 
-def test_figure_3_against_samples_per_class(smoke):
+def test_figure_3_against_samples_per_class(smoke, redrawn):
     """Figure 3: FedProto's and FedAvg's final mean client accuracy at n = 3 (stdev 2) against k, in the report's
     section (k = 60 run, the other k planned and not run, k = 100 from Table 1's n = 3 runs), the CSV and the plot's
     data, each equal to the runs' final AVG."""
-    from benchmark.figures import fedproto_figures
-
     df = pd.read_csv(smoke / "tablefedproto.csv")
     fig3 = df[df.shots == 60]
     assert set(zip(fig3.method, fig3.rule)) == {("fedproto_orig", "prototype"), ("fedproto_orig", "classifier"),
@@ -103,14 +111,60 @@ def test_figure_3_against_samples_per_class(smoke):
     for k in (60, 100):
         assert f"| {k} | {final['fedproto_orig', k]['AVG']:.2f} | {final['fedavg', k]['AVG']:.2f} |" in section
     assert "](figures/tablefedproto/samples.png)" in section
-    runs = [smoke / "runs" / f"{m}-mnist-{sp}-seed0" for m in METHODS for sp in ("3way", "3way-k60", "4way-s3")
-            if (smoke / "runs" / f"{m}-mnist-{sp}-seed0").exists()]
-    figs = fedproto_figures(runs, smoke / "redrawn")
-    got = {(r.method, r.value): r.mean for r in figs["samples"].itertuples()}
+    got = {(r.method, r.value): r.mean for r in redrawn["samples"].itertuples()}
     assert got == pytest.approx({(m, k): final[m, k]["AVG"] for m in ("fedproto_orig", "fedavg") for k in (60, 100)})
-    assert set(figs["samples"].domain) == {"AVG"}
+    assert set(redrawn["samples"].domain) == {"AVG"}
     assert (smoke / "redrawn" / "samples.png").exists() and (smoke / "figures" / "tablefedproto" / "samples.png").exists()
-    assert set(figs["curves"].dataset) == {"3way", "4way-s3"}  # curves per table split, none for Figure 3's k
+    assert set(redrawn["curves"].dataset) == {"3way", "4way-s3"}  # curves per table split, none for Figure 3's k
+
+
+def test_figure_2_maps_the_features_each_run_saved(smoke, redrawn, data_root):
+    """Figure 2: each n-way k-shot run saves its clients' test features with the models they end with
+    (features.npz): FedAvg's equal the final global model's (model.pt) on the clients' own test samples, computed
+    here again; FedProto's global prototypes are the per-class mean of its clients' last local ones; the report's
+    t-SNE maps FedProto, FedAvg, FeSEM and FedPer at n = 3, prototypes and all."""
+    import torch
+
+    from benchmark.data import load_domain, to_tensor_images
+    from benchmark.figures import FIGURE2_SAMPLES, load_model
+    from benchmark.protocols import DATASET_SPECS
+    from ray_jobs.config import RunConfig
+    from ray_jobs.run import plan_run_clients
+
+    runs = smoke / "runs"
+    cfg = RunConfig.from_preset("fedproto-mnist-n3", method="fedavg", seed=0, client_fraction=0.05,
+                                data_root=str(data_root))
+    clients = plan_run_clients(cfg)
+    with np.load(runs / "fedavg-mnist-3way-seed0" / "features.npz") as f:
+        z, y, client = f["z"], f["y"], f["client"]
+        assert "global_z" not in f.files and "local_z" not in f.files  # no prototypes travel under FedAvg
+    test = load_domain(data_root, "mnist", "mnist", need_train=False)
+    spec = DATASET_SPECS["mnist"]
+    model = load_model(runs / "fedavg-mnist-3way-seed0")
+    for c in clients:
+        idx = np.asarray(c["test_indices"])
+        assert y[client == c["id"]].tolist() == test.test_y[idx].tolist()
+        with torch.no_grad():
+            ours = model.features(spec.transform.eval(to_tensor_images(test.test_x[idx], spec.image_size,
+                                                                       spec.channels)))
+        assert z[client == c["id"]].astype(np.float32) == pytest.approx(ours.numpy(), abs=0.02, rel=0.01)
+    with np.load(runs / "fedproto_orig-mnist-3way-seed0" / "features.npz") as f:
+        arrays = {k: f[k] for k in f.files}
+    held = sorted({k for c in clients for k in c["classes"]})
+    assert len(arrays["local_y"]) == sum(len(c["classes"]) for c in clients)  # one class mean per class held
+    assert arrays["global_y"].tolist() == held
+    for k, g in zip(arrays["global_y"], arrays["global_z"].astype(np.float32)):
+        assert g == pytest.approx(arrays["local_z"][arrays["local_y"] == k].astype(np.float32).mean(0), abs=0.01)
+    assert np.bincount(arrays["client"]).tolist() == [40 * len(c["classes"]) for c in clients]
+    maps = redrawn["tsne"]
+    assert list(maps) == [f"{m}-mnist-3way-seed0" for m in ("fedproto_orig", "fedavg", "fesem", "fedper")]
+    kinds = maps["fedproto_orig-mnist-3way-seed0"].kind.value_counts().to_dict()
+    assert kinds == {"sample": FIGURE2_SAMPLES, "local prototype": len(arrays["local_y"]),
+                     "global prototype": len(held)}
+    assert set(maps["fedavg-mnist-3way-seed0"].kind) == {"sample"}
+    md = (smoke / "tablefedproto.md").read_text()
+    assert "## Figure 2" in md and "](figures/tablefedproto/tsne.png)" in md
+    assert (smoke / "figures" / "tablefedproto" / "tsne.png").exists()
 
 
 def test_figures_are_redrawn_from_the_report(smoke):
@@ -130,7 +184,7 @@ def test_report_run_in_wandb(smoke, data_root, monkeypatch):
                  if list(d.glob("table/tablefedproto_*.table.json")))
     report = json.loads(next(media.glob("table/tablefedproto_*.table.json")).read_text())
     assert len(report["data"]) == len(pd.read_csv(smoke / "tablefedproto.csv")) == 63
-    assert len(list(media.glob("images/figures/*.png"))) == 7  # curves per table split and Figure 3
+    assert len(list(media.glob("images/figures/*.png"))) == 8  # curves per table split, Figures 2 and 3
     chart = json.loads(next(media.glob("table/avg_per_round/4way_table_*.table.json")).read_text())
     rows = pd.DataFrame(chart["data"], columns=chart["columns"])
     assert set(rows.lineKey) == set(METHODS)
