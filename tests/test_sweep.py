@@ -65,15 +65,17 @@ def test_a_sweep_checks_only_the_data_of_the_runs_it_makes(data_root, tmp_path):
 
 
 @pytest.fixture(scope="module")
-def smoke(ray_cluster, data_root, tmp_path_factory):
-    """`make table2 PROFILE=smoke`: Office-Caltech's 8 runs in this process first (`--datasets office_caltech
-    --executor local`, no W&B; fewer process start-ups for CI), then the table through Ray, which runs the 8 Digits
-    runs, finds the Office-Caltech ones complete and reports all 16 (and logs the report to W&B)."""
+def smoke(data_root, tmp_path_factory):
+    """`make table2 PROFILE=smoke EXECUTOR=local`: Office-Caltech's 8 runs first (`--datasets office_caltech`, no
+    W&B), then the table, which runs the 8 Digits runs (W&B offline), finds the Office-Caltech ones complete and
+    reports all 16 (and logs the report to W&B). In this process: a sweep through Ray is
+    test_a_failed_run_frees_its_actors_and_the_sweep_goes_on's, and Ray's runs equal local ones (test_e2e,
+    test_methods_apart); 16 runs' actor start-ups were CI's slowest fixture."""
     out = tmp_path_factory.mktemp("table2")
-    args = [*ARGS, "--results-dir", str(out), "--data-root", str(data_root)]
+    args = [*ARGS, "--results-dir", str(out), "--data-root", str(data_root), "--executor", "local"]
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("WANDB_MODE", "disabled")
-        assert main([*args, "--datasets", "office_caltech", "--executor", "local"]) == 0
+        assert main([*args, "--datasets", "office_caltech"]) == 0
     assert main(args) == 0
     return out
 
@@ -110,7 +112,8 @@ def test_report_has_every_row_beside_the_paper(smoke):
     assert "Hardware: no GPU; CPU " in md and f"x {os.cpu_count()}; 1 host." in md
 
 
-def test_rerun_runs_nothing_and_a_deleted_summary_reruns_exactly_that_run(smoke, data_root):
+def test_rerun_runs_nothing_and_a_deleted_summary_reruns_exactly_that_run(ray_cluster, smoke, data_root):
+    """Through Ray (the plan's default executor): the deleted run made in process comes back with its numbers."""
     runs = plan("2", "smoke", ["mnist", "usps", "syn"], smoke, str(data_root))
     assert len(runs) == 16
     assert execute(runs, None) == []
@@ -120,7 +123,7 @@ def test_rerun_runs_nothing_and_a_deleted_summary_reruns_exactly_that_run(smoke,
     (victim / "summary.json").unlink()
     assert execute(runs, None) == [runs[5].run_name]
     assert (victim / "summary.json").exists()
-    assert accuracies() == before  # same seed, same numbers
+    assert accuracies() == before  # same seed, same numbers, through Ray as in process
     assert np.all([(Path(r.out) / "summary.json").exists() for r in runs])
     # a complete run of another protocol in the same folder does not count
     assert is_complete(Path(runs[0].out), protocol(runs[0]))
