@@ -153,13 +153,13 @@ def test_sweep_progress_counts_in_both_modes():
         p = SweepProgress(4, stream=out)
         p.started("a")
         p.started("b")
-        p.finished("a", {"last5": {"AVG": 12.5}, "wall_time_s": 3})
+        p.finished("a", {"final": {"AVG": 15.0}, "last5": {"AVG": 12.5}, "wall_time_s": 3})
         p.failed_run("b", "boom")
         p.started("c")
         assert p.counts().startswith("1 done, 1 running, 1 failed, 1 left, ETA ")
         p.close()
         text = out.getvalue()
-        assert "a: AVG 12.50 (3s)" in text and "b FAILED: boom" in text
+        assert "a: AVG 15.00 final, 12.50 last-5 mean (3s)" in text and "b FAILED: boom" in text
         if isinstance(out, Terminal):
             assert "1 running, 1 failed, 1 left" in text.split("\r")[-2] + text.split("\r")[-1]
         else:
