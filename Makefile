@@ -14,6 +14,8 @@ PRECISION ?= 32-true
 CHECKPOINT_EVERY ?= 1
 EVAL_EVERY ?=
 PARTICIPATION ?=
+CLIENT_MEMORY ?=
+SPREAD ?=
 ACTOR_RESTARTS ?= 3
 PARALLEL ?=
 GPUS_PER_ACTOR ?= 0
@@ -56,6 +58,8 @@ data: $(STAMP)
 ## states (MOON, FedDyn) only for checkpoints, not every round;
 ## EVAL_EVERY=K: test every K-th round and the last 5 (default: the table's schedule, every 5th at full);
 ## PARTICIPATION=0.1: a tenth of the clients train in each round (drawn from the seed and round; default 1, all);
+## CLIENT_MEMORY=host|device: where client groups keep the clients not training (default auto; docs/scale.md);
+## SPREAD=1: Ray places each run's client actors over as many nodes as possible;
 ## METHODS=fedavg,fpl SEEDS=0 DATASETS=digits: run only part of the table (the report covers every
 ## complete run of it and says it is partial)
 $(TABLES): $(STAMP)
@@ -63,7 +67,8 @@ $(TABLES): $(STAMP)
 		$(if $(METHODS),--methods $(METHODS)) $(if $(SEEDS),--seeds $(SEEDS)) $(if $(DATASETS),--datasets $(DATASETS)) \
 		--executor $(EXECUTOR) $(if $(PARALLEL),--parallel $(PARALLEL)) --engine $(ENGINE) --precision $(PRECISION) \
 		--checkpoint-every $(CHECKPOINT_EVERY) --actor-restarts $(ACTOR_RESTARTS) $(if $(EVAL_EVERY),--eval-every $(EVAL_EVERY)) \
-		$(if $(PARTICIPATION),--participation $(PARTICIPATION)) \
+		$(if $(PARTICIPATION),--participation $(PARTICIPATION)) $(if $(CLIENT_MEMORY),--client-memory $(CLIENT_MEMORY)) \
+		$(if $(SPREAD),--spread) \
 		--gpus-per-actor $(GPUS_PER_ACTOR) --driver-gpus $(DRIVER_GPUS)
 
 ## every figure again from the run folders (table reports, smoke reports, the demo), no training

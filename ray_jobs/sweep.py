@@ -38,6 +38,7 @@ from tqdm import tqdm
 from benchmark.data import DataError
 from benchmark.protocols import ConfigError
 from benchmark.results import run_complete
+from lightning_modules.clients import CLIENT_MEMORY
 from ray_jobs import report_fedproto, report_grid
 from ray_jobs.config import RunConfig
 from ray_jobs.plan import check_data, plan, select
@@ -265,13 +266,21 @@ def main(argv: list[str] | None = None) -> int:
                     help="Ray: each run's client actors' GPU share (fractions share a GPU: 0.1 puts several runs on "
                          "one); not part of a run's protocol")
     ap.add_argument("--driver-gpus", type=float, default=0.0, help="Ray: each run's driver's GPU share (it evaluates)")
+    ap.add_argument("--client-memory", default=None, choices=CLIENT_MEMORY,
+                    help="where each run's client groups keep the clients they are not training (default auto: host "
+                         "memory under --participation below 1; docs/scale.md); not part of a run's protocol")
+    ap.add_argument("--spread", action="store_true",
+                    help="Ray: place each run's client actors over as many nodes as possible (SPREAD); not part of a "
+                         "run's protocol")
     args = ap.parse_args(argv)
     results_dir = Path(args.results_dir or ("results" if args.profile == "full" else "results/smoke"))
     extra = {"executor": args.executor, "engine": args.engine, "precision": args.precision,
              "checkpoint_every": args.checkpoint_every, "actor_restarts": args.actor_restarts,
              "gpus_per_actor": args.gpus_per_actor, "driver_gpus": args.driver_gpus,
              **({} if args.eval_every is None else {"eval_every": args.eval_every}),
-             **({} if args.participation is None else {"participation": args.participation})}
+             **({} if args.participation is None else {"participation": args.participation}),
+             **({} if args.client_memory is None else {"client_memory": args.client_memory}),
+             **({"spread": True} if args.spread else {})}
     tables = GROUPS.get(args.table, (args.table,))
     try:
         runs = {t: plan(t, args.profile, args.domains.split(",") if args.domains else None, results_dir,

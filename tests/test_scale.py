@@ -113,3 +113,24 @@ def test_own_models_and_own_test_samples_stay_in_host_memory_and_test_as_on_the_
     # the trained clients' own models and, made when they were tested, the others' initialisations
     assert set(host.own_models) == {c["id"] for c in clients}
     assert all(v.device.type == "cpu" for m in host.own_models.values() for v in m.values())
+
+
+def test_a_sweep_gives_every_run_its_client_memory_and_spread(data_root, tmp_path, monkeypatch, capsys):
+    """`make table-fedproto CLIENT_MEMORY=host SPREAD=1` (here Local's smoke rows, in process): every run records
+    them, outside its protocol (the same runs at the default are complete); a bad value is one line."""
+    import json
+
+    from ray_jobs.sweep import main
+
+    monkeypatch.setenv("WANDB_MODE", "disabled")
+    args = ["--table", "fedproto", "--profile", "smoke", "--methods", "local", "--executor", "local",
+            "--results-dir", str(tmp_path), "--data-root", str(data_root)]
+    assert main([*args, "--client-memory", "host", "--spread"]) == 0
+    configs = [json.loads(p.read_text()) for p in (tmp_path / "runs").glob("*/config.json")]
+    assert len(configs) == 6 and {(c["client_memory"], c["spread"]) for c in configs} == {("host", True)}
+    capsys.readouterr()
+    assert main(args) == 0  # nothing to run again: neither is part of a run's protocol
+    assert "6 of 6 runs already complete; running 0" in capsys.readouterr().out
+    with pytest.raises(SystemExit):
+        main([*args, "--client-memory", "disk"])
+    assert "invalid choice: 'disk'" in capsys.readouterr().err
