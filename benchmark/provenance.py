@@ -14,7 +14,8 @@ from importlib import metadata
 
 from benchmark.data import PROJECT_ROOT
 
-PACKAGES = ("torch", "lightning", "ray", "wandb", "finch-clust", "numpy")
+# opacus: DP-SGD (FedPLVM's Table 11); None where a package is not installed (the GPU machine has no Ray or W&B)
+PACKAGES = ("torch", "torchvision", "lightning", "ray", "wandb", "finch-clust", "opacus", "numpy")
 
 
 def package_versions() -> dict[str, str | None]:

@@ -154,7 +154,8 @@ def test_config_records_provenance(runs, full_digits_root):
     out, summary = runs[("fpl", "office_caltech")]
     prov = json.loads((out / "config.json").read_text())["provenance"]
     assert prov["packages"]["torch"] == metadata.version("torch") and prov["packages"]["ray"] == metadata.version("ray")
-    assert set(prov["packages"]) == {"torch", "lightning", "ray", "wandb", "finch-clust", "numpy"}
+    assert set(prov["packages"]) == {"torch", "torchvision", "lightning", "ray", "wandb", "finch-clust", "opacus", "numpy"}
+    assert prov["packages"]["opacus"] == metadata.version("opacus")  # DP-SGD runs (FedPLVM Table 11) say which
     repo = Path(__file__).resolve().parent.parent
     git = lambda *a: subprocess.run(["git", "-C", str(repo), *a], capture_output=True, text=True).stdout  # noqa: E731
     changed = [line[3:] for line in git("status", "--porcelain").splitlines() if not line[3:].startswith("results/")]
