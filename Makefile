@@ -7,6 +7,7 @@ PROFILE ?= full
 DOMAINS ?=
 METHODS ?=
 SEEDS ?=
+VALUES ?=
 DATASETS ?=
 EXECUTOR ?= ray
 ENGINE ?= auto
@@ -61,10 +62,11 @@ data: $(STAMP)
 ## CLIENT_MEMORY=host|device: where client groups keep the clients not training (default auto; docs/scale.md);
 ## SPREAD=1: Ray places each run's client actors over as many nodes as possible;
 ## METHODS=fedavg,fpl SEEDS=0 DATASETS=digits: run only part of the table (the report covers every
-## complete run of it and says it is partial)
+## complete run of it and says it is partial); VALUES=0.5,1: only these values of a grid's hyperparameter
 $(TABLES): $(STAMP)
 	$(PY) -m ray_jobs.sweep --table $(patsubst -%,%,$(subst table,,$@)) --profile $(PROFILE) $(if $(DOMAINS),--domains $(DOMAINS)) \
 		$(if $(METHODS),--methods $(METHODS)) $(if $(SEEDS),--seeds $(SEEDS)) $(if $(DATASETS),--datasets $(DATASETS)) \
+		$(if $(VALUES),--values $(VALUES)) \
 		--executor $(EXECUTOR) $(if $(PARALLEL),--parallel $(PARALLEL)) --engine $(ENGINE) --precision $(PRECISION) \
 		--checkpoint-every $(CHECKPOINT_EVERY) --actor-restarts $(ACTOR_RESTARTS) $(if $(EVAL_EVERY),--eval-every $(EVAL_EVERY)) \
 		$(if $(PARTICIPATION),--participation $(PARTICIPATION)) $(if $(CLIENT_MEMORY),--client-memory $(CLIENT_MEMORY)) \

@@ -1,5 +1,5 @@
 """A table's runs: its plan (every run of its method x preset rows at a profile's settings, each with its run
-folder), a part of it (`select`: some methods, seeds or datasets) and the check of the data those runs read.
+folder), a part of it (`select`: some methods, seeds, datasets or grid values) and the check of the data those runs read.
 The tables themselves are data in `ray_jobs.tables`."""
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ from pathlib import Path
 
 from benchmark.data import DATASETS, DataError, check_domains_present, resolve_data_root
 from benchmark.protocols import PRESETS, ConfigError
+from lightning_modules.registry import METHODS
 from ray_jobs.config import RunConfig
 from ray_jobs.tables import TABLES, make_target, report_name
 
@@ -42,19 +43,31 @@ def plan(table: str, profile: str, requested_domains: list[str] | None, results_
     return runs
 
 
+def grid_value(table: str, cfg: RunConfig):
+    """The value of a grid table's hyperparameter a run has (its hparams over its method's default)."""
+    name = TABLES[table].grid[0]
+    return {**METHODS[cfg.method].defaults, **cfg.hparams}[name]
+
+
 def select(table: str, profile: str, runs: list[RunConfig], methods: list[str] | None = None,
-           seeds: list[int] | None = None, datasets: list[str] | None = None) -> list[RunConfig]:
-    """The planned runs of the given methods, seeds and datasets (None: all), for a sweep that runs part of a
-    table."""
-    have = {"method": list(dict.fromkeys(c.method for c in runs)), "seed": list(TABLES[table].seeds_for(profile)),
-            "dataset": list(dict.fromkeys(c.dataset for c in runs))}
-    for key, asked in (("method", methods), ("seed", seeds), ("dataset", datasets)):
+           seeds: list[int] | None = None, datasets: list[str] | None = None,
+           values: list[float] | None = None) -> list[RunConfig]:
+    """The planned runs of the given methods, seeds, datasets and, in a hyperparameter grid, values (None: all),
+    for a sweep that runs part of a table."""
+    spec = TABLES[table]
+    if values and spec.grid is None:
+        grids = ", ".join(t for t, s in TABLES.items() if s.grid is not None)
+        raise ConfigError(f"table {table} has no hyperparameter grid: --values is for {grids}.")
+    have = {"method": list(dict.fromkeys(c.method for c in runs)), "seed": list(spec.seeds_for(profile)),
+            "dataset": list(dict.fromkeys(c.dataset for c in runs)),
+            "value": [next(iter(h.values())) for h in spec.hparam_sets(profile)] if spec.grid else []}
+    for key, asked in (("method", methods), ("seed", seeds), ("dataset", datasets), ("value", values)):
         bad = [a for a in asked or [] if a not in have[key]]
         if bad:
             raise ConfigError(f"{key}(s) {bad} not in table {table} at the {profile} profile; choose from "
                               f"{', '.join(map(str, have[key]))}.")
     return [c for c in runs if (not methods or c.method in methods) and (not seeds or c.seed in seeds)
-            and (not datasets or c.dataset in datasets)]
+            and (not datasets or c.dataset in datasets) and (not values or grid_value(table, c) in values)]
 
 
 def check_data(runs: list[RunConfig], table: str) -> None:

@@ -238,6 +238,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--methods", default=None, help="comma-separated: run only these of the table's methods "
                     "(the report covers every run of the table that is complete)")
     ap.add_argument("--seeds", default=None, help="comma-separated: run only these of the table's seeds")
+    ap.add_argument("--values", default=None,
+                    help="comma-separated: run only these values of a grid table's hyperparameter (FedPLVM's Figures "
+                         "4 and 5; in a group, its other tables run nothing)")
     ap.add_argument("--datasets", default=None, help="comma-separated: run only the table's runs on these datasets")
     ap.add_argument("--results-dir", default=None, help="default results/ (full) or results/smoke/ (smoke)")
     ap.add_argument("--data-root", default=None)
@@ -291,7 +294,12 @@ def main(argv: list[str] | None = None) -> int:
         except ValueError:
             raise ConfigError(f"--seeds takes comma-separated integers (got {args.seeds!r}).") from None
         datasets = args.datasets.split(",") if args.datasets else None
-        chosen = {t: select(t, args.profile, runs[t], methods, seeds, datasets) for t in tables}
+        try:
+            values = [float(v) for v in args.values.split(",")] if args.values else None
+        except ValueError:
+            raise ConfigError(f"--values takes comma-separated numbers (got {args.values!r}).") from None
+        chosen = {t: [] if values and len(tables) > 1 and TABLES[t].grid is None  # a group's other tables
+                  else select(t, args.profile, runs[t], methods, seeds, datasets, values) for t in tables}
         for t in tables if not args.report_only else ():
             check_data(chosen[t], t)
         if not args.report_only:

@@ -257,6 +257,30 @@ def test_grid_tables_plan_a_run_per_value_the_default_one_table_1s(data_root, tm
     assert len(group - others) == 3 * (4 + 3 + 3 + 4 * 2)
 
 
+def test_a_sweep_runs_the_grid_values_it_names(data_root, tmp_path, capsys):
+    """`--values` (make VALUES=...): a grid table's runs at those values of its hyperparameter, the default one
+    included; one-line errors for a value not in the grid, a table without one, and a value that is not a
+    number."""
+    from ray_jobs.plan import select
+
+    runs = plan("fedplvm_fig4b", "full", None, tmp_path, str(data_root))
+    picked = select("fedplvm_fig4b", "full", runs, values=[1.0, 10.0])
+    assert sorted({(c.method, c.run_name.split("-")[-2]) for c in picked}) == [
+        ("fedplvm", "lambda1"), ("fedplvm", "lambda10"), ("fpl", "default"), ("fpl", "lambda10")]  # FPL's default: 1
+    assert len(picked) == 2 * 2 * 3
+    assert select("fedplvm_fig4b", "full", runs, methods=["fpl"], seeds=[0], values=[0.1])[0].run_name == \
+        "fpl-digit5-default-lambda0.1-seed0"
+    base = ["--profile", "full", "--results-dir", str(tmp_path), "--data-root", str(data_root), "--executor", "local"]
+    for args, message in ((["--table", "fedplvm_fig5", "--values", "0.3"], "value(s) [0.3] not in table fedplvm_fig5 "
+                           "at the full profile; choose from 0.02, 0.045, 0.07, 0.1, 0.2."),
+                          (["--table", "fedplvm12", "--values", "1"], "table fedplvm12 has no hyperparameter grid: "
+                           "--values is for fedplvm_fig4a, fedplvm_fig4b, fedplvm_fig5."),
+                          (["--table", "fedplvm_fig5", "--values", "low"], "--values takes comma-separated numbers")):
+        assert main([*args, *base]) == 2
+        err = capsys.readouterr().err
+        assert message in err and len(err.strip().splitlines()) == 1
+
+
 def test_grid_reports_and_figures(smoke):
     """The grids' smoke profile in the group: Figure 4 left at alpha 0.25 (Table 1's run) and 1, Figure 4 right FPL at
     lambda 1 (Table 1's FPL run) and 10, Figure 5 at tau 0.07 (Table 1-2's runs); each report's cells are the runs'
