@@ -6,9 +6,9 @@ The runs (table "fedproto" of `ray_jobs.tables`, planned and run as every sweep'
 eight rows, Local, FeSEM, FedProx, FedPer, FedAvg, FedRep, FedProto and FedProto-mh, on the presets
 `fedproto-mnist-n3|n4|n5` (stdev 2, Table 1) and `fedproto-mnist-n3|n4|n5-s3` (stdev 3, Table 2's second
 rows), the same split and model for all; and Figure 3's, FedProto and FedAvg at n = 3 with k training samples per
-class (presets `fedproto-mnist-n3-k<k>`; k = 100 is Table 1's n = 3). The report: per method, stdev and n, mean ± std over seeds of the
-final round's mean client accuracy, beside the paper's value (whose ± is the std over clients; ours over clients
-is in its own column). FedProto's headline is its prototype inference; its classifier's argmax has a row of
+class (presets `fedproto-mnist-n3-k<k>`; k = 100 is Table 1's n = 3). The report: per method, stdev and n, mean ±
+std over seeds of the final round's mean client accuracy, beside the paper's value (whose ± is the std over
+clients; ours over clients is in its own column). FedProto's headline is its prototype inference; its classifier's argmax has a row of
 its own. Parameters per round are what the clients upload, counted from the tensors that travel (the run's
 `communication`): a model per client for FedAvg, FedProx and FeSEM, the body for FedPer and FedRep, a 50-d
 prototype per class held for FedProto, 0 for Local; the paper's column beside them. Figure 3: the final mean
@@ -53,8 +53,8 @@ def collect(runs: list[RunConfig]) -> pd.DataFrame:
             if rule in s["final"]:
                 per_client = [a[rule] for a in last["client_accuracy"].values()]
                 rows.append({"method": cfg.method, "rule": rule, "stdev": cfg.ways_stdev, "ways": cfg.ways,
-                             "shots": cfg.ways_shots, "seed": cfg.seed, "acc": s["final"][rule], "client_std": float(np.std(per_client)),
-                             "params": uploaded_params(s)})
+                             "shots": cfg.ways_shots, "seed": cfg.seed, "acc": s["final"][rule],
+                             "client_std": float(np.std(per_client)), "params": uploaded_params(s)})
     return pd.DataFrame(rows)
 
 
@@ -147,7 +147,8 @@ def report(profile: str, runs: list[RunConfig], results_dir: Path) -> tuple[pd.D
             std_s = "" if np.isnan(std) else f" ± {std:.2f}"
             cells.append(f"{ours:.2f}{std_s}" + ("" if pv is None else f" ({pv:.2f}, {diff:+.2f})"))
             csv_rows.append({"profile": profile, "method": method, "rule": rule, "stdev": stdev, "ways": w,
-                             "shots": SHOTS, "ours_mean": round(float(ours), 4), "ours_std": None if np.isnan(std) else round(float(std), 4),
+                             "shots": SHOTS, "ours_mean": round(float(ours), 4),
+                             "ours_std": None if np.isnan(std) else round(float(std), 4),
                              "seeds": int(sub.loc[w, "seeds"]), "client_std": round(float(sub.loc[w, "client_std"]), 4),
                              "paper": pv, "diff": None if diff is None else round(float(diff), 4),
                              "params_per_round": int(sub.loc[w, "params"])})
