@@ -309,7 +309,6 @@ def load_model(run_dir: Path):
     import torch
 
     from benchmark.models import build_model
-    from benchmark.protocols import DATASET_SPECS
 
     path = Path(run_dir) / MODEL_FILE
     if not path.is_file():
@@ -353,8 +352,6 @@ def test_features(run_dir: Path, per_domain: int, data_root: str | None = None) 
     (model.pt) on the domains' test sets (the same subset the run evaluated, at most `per_domain` images per domain,
     a fixed seed-0 pick): columns kind, domain, label, f0..f511."""
     import torch
-
-    from benchmark.protocols import DATASET_SPECS
 
     if (Path(run_dir) / FEATURES_FILE).is_file():
         return saved_features(run_dir, per_domain)

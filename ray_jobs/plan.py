@@ -1,6 +1,6 @@
 """A table's runs: its plan (every run of its method x preset rows at a profile's settings, each with its run
-folder), a part of it (`select`: some methods, seeds, datasets or grid values) and the check of the data those runs read.
-The tables themselves are data in `ray_jobs.tables`."""
+folder), a part of it (`select`: some methods, seeds, datasets or grid values) and the check of the data those
+runs read. The tables themselves are data in `ray_jobs.tables`."""
 from __future__ import annotations
 
 import dataclasses
@@ -8,7 +8,6 @@ from pathlib import Path
 
 from benchmark.data import DATASETS, DataError, check_domains_present, resolve_data_root
 from benchmark.protocols import PRESETS, ConfigError
-from lightning_modules.registry import METHODS
 from ray_jobs.config import RunConfig
 from ray_jobs.tables import TABLES, make_target, report_name
 
@@ -43,12 +42,6 @@ def plan(table: str, profile: str, requested_domains: list[str] | None, results_
     return runs
 
 
-def grid_value(table: str, cfg: RunConfig):
-    """The value of a grid table's hyperparameter a run has (its hparams over its method's default)."""
-    name = TABLES[table].grid[0]
-    return {**METHODS[cfg.method].defaults, **cfg.hparams}[name]
-
-
 def select(table: str, profile: str, runs: list[RunConfig], methods: list[str] | None = None,
            seeds: list[int] | None = None, datasets: list[str] | None = None,
            values: list[float] | None = None) -> list[RunConfig]:
@@ -67,7 +60,7 @@ def select(table: str, profile: str, runs: list[RunConfig], methods: list[str] |
             raise ConfigError(f"{key}(s) {bad} not in table {table} at the {profile} profile; choose from "
                               f"{', '.join(map(str, have[key]))}.")
     return [c for c in runs if (not methods or c.method in methods) and (not seeds or c.seed in seeds)
-            and (not datasets or c.dataset in datasets) and (not values or grid_value(table, c) in values)]
+            and (not datasets or c.dataset in datasets) and (not values or c.hparams[spec.grid[0]] in values)]
 
 
 def check_data(runs: list[RunConfig], table: str) -> None:

@@ -58,6 +58,11 @@ def collect(runs: list[RunConfig]) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+def headline_rule(method: str) -> str:
+    """The inference rule a method's AVG is: FedProto's nearest global prototype, else the classifier's argmax."""
+    return "prototype" if method in FEDPROTO_METHODS else "classifier"
+
+
 def label(method: str, rule: str) -> str:
     return method if rule == "prototype" or method not in FEDPROTO_METHODS else f"{method} (classifier)"
 
@@ -82,8 +87,7 @@ def figure3_lines(agg: pd.DataFrame, shots: list[int], drawn: bool) -> list[str]
     for k in shots:
         cells = [str(k)]
         for m in paper.FEDPROTO_FIGURE3:
-            rule = "prototype" if m in FEDPROTO_METHODS else "classifier"
-            hit = agg[(agg.method == m) & (agg.rule == rule) & (agg.ways == 3) & (agg.stdev == 2) & (agg.shots == k)]
+            hit = agg[(agg.method == m) & (agg.rule == headline_rule(m)) & (agg.ways == 3) & (agg.stdev == 2) & (agg.shots == k)]
             if hit.empty:
                 cells.append("not run")
                 continue

@@ -146,7 +146,7 @@ def fedproto_table(runs_planned) -> list[str]:
     ours_mean, paper_mean = {}, {}
     for sd in report_fedproto.STDEVS:
         for m in dict.fromkeys(c.method for c in runs_planned if c.ways_stdev == sd):
-            rule = "prototype" if m in report_fedproto.FEDPROTO_METHODS else "classifier"
+            rule = report_fedproto.headline_rule(m)
             got = df[(df.method == m) & (df.rule == rule) & (df.stdev == sd)]
             cells = []
             for w in ways:

@@ -96,8 +96,8 @@ TABLES: dict[str, Table] = {
                paper.TABLE3),
     # FedProto (AAAI 2022) Tables 1 and 2, MNIST n-way k-shot, n = 3, 4, 5, stdev of n 2 (Table 1) and 3 (Table 2's
     # second rows, presets -s3), the paper's eight rows, and Figure 3 (FedProto and FedAvg at n = 3 with k samples
-    # per class, presets -k<k>; run after Table 1, before Table 2's second rows); its own report (ray_jobs.report_fedproto); its ± is the std over the 20 clients of
-    # one run, so one seed, as the paper's. Smoke: Figure 3's k = 60 alone (at least 2 samples per class at the smoke
+    # per class, presets -k<k>; run after Table 1, before Table 2's second rows); its own report
+    # (ray_jobs.report_fedproto); its ± is the std over the 20 clients of one run, so one seed, as the paper's. Smoke: Figure 3's k = 60 alone (at least 2 samples per class at the smoke
     # profile's 5%, a batch of 4 on a client of 2 classes; smaller k leave such a client no batch)
     "fedproto": Table("FedProto Tables 1 and 2 (MNIST, stdev of n 2 and 3)",
                       [(m, f"fedproto-mnist-n{n}") for n in (3, 4, 5) for m in paper.FEDPROTO_TABLE[2]]
