@@ -59,7 +59,7 @@ data: $(STAMP)
 ## states (MOON, FedDyn) only for checkpoints, not every round;
 ## EVAL_EVERY=K: test every K-th round and the last 5 (default: the table's schedule, every 5th at full);
 ## PARTICIPATION=0.1: a tenth of the clients train in each round (drawn from the seed and round; default 1, all);
-## CLIENT_MEMORY=host|device: where client groups keep the clients not training (default auto; docs/scale.md);
+## CLIENT_MEMORY=host|disk|device: where client groups keep the clients not training (default auto; docs/scale.md);
 ## SPREAD=1: Ray places each run's client actors over as many nodes as possible;
 ## METHODS=fedavg,fpl SEEDS=0 DATASETS=digits: run only part of the table (the report covers every
 ## complete run of it and says it is partial); VALUES=0.5,1: only these values of a grid's hyperparameter

@@ -36,6 +36,7 @@ CPU, fused on CUDA (docs/speed.md).
 from __future__ import annotations
 
 import time
+from collections.abc import MutableMapping
 from pathlib import Path
 
 import numpy as np
@@ -45,6 +46,7 @@ from benchmark.communication import count
 from benchmark.data import domain_test_set, load_domain, to_tensor_images
 from benchmark.models import build_model
 from benchmark.provenance import describe_process
+from benchmark.spill import DiskStore
 from lightning_modules.base import ClientModule, NonFiniteLoss, fit_local, own_initialisation, precision_context
 from lightning_modules.fused import FusedNonFiniteLoss, fit_fused
 from lightning_modules.privacy import model_options, private
@@ -54,7 +56,7 @@ from lightning_modules.server import RoundPayload, State, accumulate
 
 ENGINES = ("auto", "sequential", "fused")  # how a group trains its clients (`resolve_engine`)
 # where a group keeps its clients between their rounds (`resolve_client_memory`)
-CLIENT_MEMORY = ("auto", "device", "host")
+CLIENT_MEMORY = ("auto", "device", "host", "disk")
 
 
 def aggregation_weight(cfg, rule, n: int) -> float:
@@ -131,7 +133,9 @@ class ClientGroup:
         # host: the clients' images, own test samples, persistent states and own models live in host memory
         # (pinned on CUDA) and only the clients training or tested now are on the device (`on_device`, bookkept:
         # `peak_on_device` is the most clients' tensors the device held at once); device: all of them, always
-        self.host_resident = resolve_client_memory(cfg.client_memory, cfg.participation) == "host"
+        # disk: as host, and the persistent states and own models in files between a client's rounds (`DiskStore`)
+        memory = resolve_client_memory(cfg.client_memory, cfg.participation)
+        self.host_resident = memory in ("host", "disk")
         self.on_device: set[int] = set() if self.host_resident else {c["id"] for c in clients}
         self.peak_on_device = len(self.on_device)
         spec = cfg.dataset_spec
@@ -163,8 +167,9 @@ class ClientGroup:
         self.module = self.make_module(self.model_kwargs(clients[0]))
         self.arch_modules = {self.arch(c): self.make_module(self.model_kwargs(c)) for c in clients
                              if self.arch(c) != self.arch(clients[0])}
-        self.client_states: dict[int, object] = {}
-        self.own_models: dict[int, State] = {}  # rules that average no weights: each client's own model
+        self.client_states: MutableMapping[int, object] = DiskStore() if memory == "disk" else {}
+        # rules that average no weights: each client's own model
+        self.own_models: MutableMapping[int, State] = DiskStore() if memory == "disk" else {}
 
     def at_home(self, t: torch.Tensor) -> torch.Tensor:
         """A client's tensor where the group keeps it between rounds: on the device, or in host memory (pinned when

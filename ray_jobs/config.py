@@ -71,8 +71,9 @@ class RunConfig:
     precision: str = "32-true"  # 32-true | bf16-mixed (autocast for training and evaluation)
     compile: bool = False  # the fused engine's step through torch.compile (not part of the protocol: same training)
     # where a client group keeps its clients' images and persistent state between their rounds (CLIENT_MEMORY):
-    # device (as loaded), host (host memory, moved to the device while the client trains or is tested), auto (host
-    # under --participation below 1); not part of the protocol: the same numbers either way (docs/scale.md)
+    # device (as loaded), host (host memory, moved to the device while the client trains or is tested), disk (as
+    # host, and the persistent states and own models in files between rounds), auto (host under --participation
+    # below 1); not part of the protocol: the same numbers either way (docs/scale.md)
     client_memory: str = "auto"
     data_root: str | None = None
     out: str | None = None

@@ -116,7 +116,7 @@ class Driver:
         ex = self.executor
         ex.collect_states()
         return {"global_state": self.global_state, "rule_state": self.rule.state_dict(), "payload": self.payload,
-                "client_states": ex.client_states, "states_round": ex.states_round}
+                "client_states": dict(ex.client_states), "states_round": ex.states_round}  # (read from disk if there)
 
     def restore(self, ck: dict) -> None:
         """Continue from a checkpoint (`checkpoint()`'s content): the client groups get their clients' states."""
@@ -126,7 +126,7 @@ class Driver:
         ex = self.executor
         ex.client_states.update(ck["client_states"])
         ex.states_round = ck["states_round"]
-        ex.map("set_client_states", ex.put(ex.client_states), ex.states_round)  # one copy for every actor
+        ex.map("set_client_states", ex.put(dict(ex.client_states)), ex.states_round)  # one copy for every actor
 
     def final_state(self) -> dict[str, torch.Tensor] | None:
         """The model to keep in the run folder, the one evaluated (`evaluated_state`): floating tensors in

@@ -7,8 +7,10 @@ Both give the driver the same calls (`map`, `put`, the clients' persistent state
 from __future__ import annotations
 
 import time
+from collections.abc import MutableMapping
 
-from lightning_modules.clients import ClientGroup, StaleClientStates
+from benchmark.spill import DiskStore
+from lightning_modules.clients import ClientGroup, StaleClientStates, resolve_client_memory
 from ray_jobs.config import RunConfig
 
 
@@ -44,11 +46,13 @@ class Executor:
     -> `client_state()`, on the CPU) after round `states_round`, the states any group must start round
     `states_round + 1` from (a restarted or resumed group gets them with `set_client_states`). Ray actors that
     Ray may restart send them with every round's results (`RunConfig.states_every_round`); otherwise they are
-    read only for a checkpoint (`collect_states`)."""
+    read only for a checkpoint (`collect_states`). Under `--client-memory disk` they are kept on disk too
+    (`DiskStore`)."""
 
     def __init__(self, cfg: RunConfig):
         self.cfg = cfg
-        self.client_states: dict[int, object] = {}
+        disk = resolve_client_memory(cfg.client_memory, cfg.participation) == "disk"
+        self.client_states: MutableMapping[int, object] = DiskStore() if disk else {}
         self.states_round = -1
         self.notes: list[str] = []  # what happened (actor restarts), for the entry point to print
 

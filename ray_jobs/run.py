@@ -110,7 +110,8 @@ def build_parser() -> argparse.ArgumentParser:
                         "batched computation) or auto (sequential on the CPU, fused on CUDA)")
     p.add_argument("--client-memory", default=d["client_memory"].default,
                    help="where a client group keeps the clients it is not training: device, host (moved to the "
-                        "device when drawn) or auto (host under --participation below 1)")
+                        "device when drawn), disk (as host, their persistent states and own models in files) or "
+                        "auto (host under --participation below 1)")
     p.add_argument("--compile", action="store_true",
                    help="the fused engine's step through torch.compile (compiles once per shape of stack and batch)")
     p.add_argument("--precision", default=d["precision"].default,

@@ -6,15 +6,18 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+import gc
 
 import pytest
 import torch
 
+from benchmark import checkpoint
 from benchmark.models import build_model
 from benchmark.results import read_jsonl
+from benchmark.spill import DiskStore
 from lightning_modules.clients import ClientGroup, resolve_client_memory
 from ray_jobs.config import ConfigError, RunConfig
-from ray_jobs.run import plan_run_clients, run
+from ray_jobs.run import RunError, plan_run_clients, run
 
 
 def per_domain(clients: list[dict]) -> dict:
@@ -45,8 +48,9 @@ def test_scaled_digits_presets_multiply_the_clients_and_divide_their_share(data_
 def test_client_memory_auto_is_host_below_full_participation_and_a_bad_value_is_refused():
     assert [resolve_client_memory("auto", p) for p in (1.0, 0.5)] == ["device", "host"]
     assert resolve_client_memory("device", 0.1) == "device" and resolve_client_memory("host", 1.0) == "host"
-    with pytest.raises(ConfigError, match=r"^unknown client memory 'disk'; choose one of: auto, device, host\.$"):
-        RunConfig(client_memory="disk")
+    assert resolve_client_memory("disk", 1.0) == "disk"
+    with pytest.raises(ConfigError, match=r"^unknown client memory 'ssd'; choose one of: auto, device, host, disk\.$"):
+        RunConfig(client_memory="ssd")
 
 
 # 250 tiny clients (scale-digits-500 on MNIST and USPS, 1 to 12 images each), MOON (a model per client kept between
@@ -61,8 +65,8 @@ def test_a_group_of_250_clients_holds_one_on_its_device_at_a_time_with_the_numbe
     clients = plan_run_clients(cfg)
     assert len(clients) == 250
     groups = {m: ClientGroup(dataclasses.replace(cfg, client_memory=m), clients, str(data_root))
-              for m in ("host", "device")}
-    host, device = groups["host"], groups["device"]
+              for m in ("host", "device", "disk")}
+    host, device, disk = groups["host"], groups["device"], groups["disk"]
     assert host.on_device == set() and device.on_device == {c["id"] for c in clients}
     global_state = build_model("resnet10", 10).state_dict()
     results = {m: [] for m in groups}
@@ -71,15 +75,30 @@ def test_a_group_of_250_clients_holds_one_on_its_device_at_a_time_with_the_numbe
         assert len(drawn) == 10
         for m, g in groups.items():
             results[m].append(g.train(global_state, None, r, drawn))
-        assert host.on_device == set()  # every drawn client left the device after its fit
-    assert host.peak_on_device == 1 and device.peak_on_device == 250
-    for a, b in zip(results["host"], results["device"]):
-        assert a["losses"] == b["losses"] and a["weight"] == b["weight"]
-        assert all(torch.equal(a["sum"][k], b["sum"][k]) for k in a["sum"])
-    # MOON's previous models of the clients drawn in either round, kept in host memory
+        assert host.on_device == set() and disk.on_device == set()  # every drawn client left the device after its fit
+    assert host.peak_on_device == disk.peak_on_device == 1 and device.peak_on_device == 250
+    for m in ("device", "disk"):
+        for a, b in zip(results["host"], results[m]):
+            assert a["losses"] == b["losses"] and a["weight"] == b["weight"]
+            assert all(torch.equal(a["sum"][k], b["sum"][k]) for k in a["sum"])
+    # MOON's previous models of the clients drawn in either round, kept in host memory, or on disk: one file per
+    # client, the same tensors, none of them held by the group
     trained = set(cfg.participants(0, list(range(250)))) | set(cfg.participants(1, list(range(250))))
-    assert set(host.client_states) == trained
+    assert set(host.client_states) == trained and type(host.client_states) is dict
     assert all(v.device.type == "cpu" for s in host.client_states.values() for v in s.values())
+    store = disk.client_states
+    assert isinstance(store, DiskStore) and set(store) == trained
+    assert sorted(p.name for p in store.folder.iterdir()) == sorted(f"{c}.pt" for c in trained)
+    assert not any(torch.is_tensor(v) for v in vars(store).values())
+    for cid in trained:
+        assert host.client_states[cid].keys() == store[cid].keys()
+        assert all(torch.equal(v, store[cid][k]) for k, v in host.client_states[cid].items())
+    model_bytes = sum(v.numel() * v.element_size() for v in host.client_states[min(trained)].values())
+    assert model_bytes * len(trained) <= store.nbytes() < 1.1 * model_bytes * len(trained)
+    folder = store.folder
+    del groups, disk, store, g  # (g: the last group of the loop above, the disk one)
+    gc.collect()
+    assert not folder.exists()  # the group's folder goes with it
 
 
 def test_a_run_of_the_500_client_preset_trains_a_tenth_of_its_clients_each_round(data_root, tmp_path):
@@ -101,13 +120,17 @@ def test_own_models_and_own_test_samples_stay_in_host_memory_and_test_as_on_the_
                                 participation=0.5, executor="local", data_root=str(data_root))
     clients = plan_run_clients(cfg)
     groups = {m: ClientGroup(dataclasses.replace(cfg, client_memory=m), clients, str(data_root))
-              for m in ("host", "device")}
+              for m in ("host", "device", "disk")}
     drawn = cfg.participants(0, [c["id"] for c in clients])
     assert len(drawn) == 10
     losses = {m: g.train(None, None, 0, drawn)["losses"] for m, g in groups.items()}
-    assert losses["host"] == losses["device"]
+    assert losses["host"] == losses["device"] == losses["disk"]
     counts = {m: g.evaluate(None, None) for m, g in groups.items()}
-    assert counts["host"] == counts["device"] and len(counts["host"]) == 20
+    assert counts["host"] == counts["device"] == counts["disk"] and len(counts["host"]) == 20
+    # on disk: every own model in a file of its own, the host group's tensors
+    on_disk = groups["disk"].own_models
+    assert isinstance(on_disk, DiskStore) and len(list(on_disk.folder.glob("*.pt"))) == 20
+    assert all(torch.equal(v, on_disk[c][k]) for c, m in groups["host"].own_models.items() for k, v in m.items())
     host = groups["host"]
     assert host.peak_on_device == 1 and host.on_device == set()
     # the trained clients' own models and, made when they were tested, the others' initialisations
@@ -132,5 +155,30 @@ def test_a_sweep_gives_every_run_its_client_memory_and_spread(data_root, tmp_pat
     assert main(args) == 0  # nothing to run again: neither is part of a run's protocol
     assert "6 of 6 runs already complete; running 0" in capsys.readouterr().out
     with pytest.raises(SystemExit):
-        main([*args, "--client-memory", "disk"])
-    assert "invalid choice: 'disk'" in capsys.readouterr().err
+        main([*args, "--client-memory", "ssd"])
+    assert "invalid choice: 'ssd'" in capsys.readouterr().err
+
+
+def test_a_run_with_its_client_states_on_disk_stopped_and_resumed_ends_as_one_in_host_memory(data_root, tmp_path):
+    """MOON (a model per client) on 250 clients, 10 a round: `--client-memory disk` keeps the previous models in
+    files; a run that stops in round 2 resumes from its round-1 checkpoint (holding the previous models of the
+    clients drawn in rounds 0 and 1) and ends with the metrics of the run in host memory."""
+    def cfg(memory, out, **kw):
+        return RunConfig.from_preset("scale-digits-500", **MANY, rounds=3, executor="local", participation=0.04,
+                                     data_root=str(data_root), out=str(out), client_memory=memory, **kw)
+
+    def metrics(out):
+        return [(r["round"], r["trained_clients"], r["client_loss"], r.get("accuracy"))
+                for r in read_jsonl(out / "metrics.jsonl")]
+
+    host = run(cfg("host", tmp_path / "host"), quiet=True)
+    ids = list(range(250))
+    out = tmp_path / "disk"
+    with pytest.raises(RunError, match="non-finite"):
+        run(cfg("disk", out, test_faults={"nan_loss": [2, cfg("disk", out).participants(2, ids)[0]]}), quiet=True)
+    ckpt = checkpoint.read(checkpoint.checkpoint_path(out / checkpoint.DIR, 1))["driver"]
+    drawn = {c for r in (0, 1) for c in cfg("disk", out).participants(r, ids)}
+    assert set(ckpt["client_states"]) == drawn
+    assert all(torch.is_tensor(v) for s in ckpt["client_states"].values() for v in s.values())
+    disk = run(cfg("disk", out), quiet=True, resume=True)
+    assert disk["final"] == host["final"] and metrics(out) == metrics(tmp_path / "host")
