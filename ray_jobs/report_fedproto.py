@@ -28,6 +28,7 @@ from benchmark.protocols import FEDPROTO_FIGURE3_SHOTS
 from benchmark.results import atomic_write, read_jsonl, read_summary, run_complete
 from ray_jobs.config import RunConfig
 from ray_jobs.figures import RUNS_LINE, table_figures
+from ray_jobs.report import gap_note
 from ray_jobs.run import RunError
 from ray_jobs.tables import TABLES
 
@@ -133,7 +134,7 @@ def report(profile: str, runs: list[RunConfig], results_dir: Path) -> tuple[pd.D
              f"for {c0.rounds}).", "",
              "| method | stdev | " + " | ".join(f"n = {w}" for w in WAYS)
              + " | client std (n = 3/4/5) | params/round (paper) | flag |", "|" + "---|" * (len(WAYS) + 5)]
-    csv_rows = []
+    csv_rows, far = [], {}  # far: row label -> (the cells further from the paper than its ±, what we know of why)
     groups = dict(iter(agg[agg.shots == SHOTS].groupby(["method", "rule", "stdev"], sort=False)))
     for method, rule, stdev in [(m, r, sd) for sd in STDEVS for m in paper.FEDPROTO_TABLE[sd] if (m, sd) in planned
                                 for r in (("prototype", "classifier") if m in FEDPROTO_METHODS else ("classifier",))]:
@@ -147,7 +148,13 @@ def report(profile: str, runs: list[RunConfig], results_dir: Path) -> tuple[pd.D
             ours, std = sub.loc[w, "ours"], sub.loc[w, "std"]
             pv, pstd = paper_value(method, rule, stdev, w)
             diff = None if pv is None else ours - pv
-            flag |= diff is not None and abs(diff) > pstd
+            if diff is not None and abs(diff) > pstd:
+                flag = True
+                cells_far, _ = far.setdefault(label(method, rule), ([], gap_note(
+                    "fedproto", "mnist", method, "*", diff, std, int(sub.loc[w, "seeds"]),
+                    len(TABLES["fedproto"].seeds), None)))
+                cells_far.append(f"stdev {stdev} n = {w} {ours:.2f} vs {pv:.2f} ± {pstd:.2f} ({diff:+.2f}; our client "
+                                 f"std {sub.loc[w, 'client_std']:.2f})")
             std_s = "" if np.isnan(std) else f" ± {std:.2f}"
             cells.append(f"{ours:.2f}{std_s}" + ("" if pv is None else f" ({pv:.2f}, {diff:+.2f})"))
             csv_rows.append({"profile": profile, "method": method, "rule": rule, "stdev": stdev, "ways": w,
@@ -162,6 +169,9 @@ def report(profile: str, runs: list[RunConfig], results_dir: Path) -> tuple[pd.D
         cells.append("⚠" if flag else "")
         lines.append("| " + " | ".join(cells) + " |")
     lines.append("")
+    if far:
+        lines += ["Cells further from the paper than its ±, and what we know of why:", "",
+                  *(f"- {row}: {'; '.join(cells)}. {why[0].upper()}{why[1:]}." for row, (cells, why) in far.items()), ""]
     figs = table_figures("fedproto", [Path(c.out) for c in runs], results_dir / "figures" / "tablefedproto",
                          f"{TABLES['fedproto'].title}, {profile} profile")
     splits = sorted({c.split for c in runs if c.ways_shots == SHOTS}, key=lambda sp: (len(sp), sp))

@@ -12,6 +12,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from benchmark import paper
 from benchmark.results import read_jsonl
 from ray_jobs import figures as cli
 from ray_jobs.plan import plan
@@ -88,6 +89,14 @@ def test_report_beside_the_paper(smoke):
     for split in SPLITS.values():
         assert (smoke / "figures" / "tablefedproto" / f"curves_{split}.png").exists()
     assert "| fedproto_orig (classifier) | 2 |" in md and "| local | 3 |" in md and "(106k; 100 rounds)" in md
+    # each row with a cell further from the paper than its ± has a line saying which cells, and what we know of why
+    far = df[df["diff"].abs() > [paper.FEDPROTO_TABLE[sd][m][n][1] for m, n, sd in zip(df.method, df.ways, df.stdev)]]
+    why = md.split("what we know of why:\n\n")[1].split("\n\n")[0].splitlines()
+    assert [line.split(":")[0] for line in why] == [f"- {m}" for m in dict.fromkeys(far.method)]
+    for line, (m, cells) in zip(why, far.groupby("method", sort=False)):
+        assert line.count(" vs ") == len(cells)
+        assert ("counters are never reset" in line) == m.startswith("fedproto")
+        assert ("why the paper's are lower is not known" in line) == (not m.startswith("fedproto"))
 
 
 def test_figure_3_against_samples_per_class(smoke, redrawn):
