@@ -196,14 +196,14 @@ GAP_NOTES: dict[tuple[str, str, str, str], str] = {
     ("*", "office10", "*", "dslr"): "DSLR's test set is 32 images: one image is 3.1 points",
     # FedProto's Tables 1 and 2 (ray_jobs.report_fedproto): its ± is the std over one run's clients
     **{("fedproto", "mnist", m, "*"): "the official FedProto code has no baselines (the paper's come from code not "
-                                      "published); ours run FedProto's split, model, batch, test samples and 100 rounds "
-                                      "(docs/deviations.md, 22) and end above the paper, with a spread over clients "
-                                      "below the paper's ±; why the paper's are lower is not known"
+                                      "published); ours run FedProto's split, model, batch, test samples and 100 "
+                                      "rounds (docs/deviations.md, 22) and end above the paper, with a spread over "
+                                      "clients below the paper's ±; why the paper's are lower is not known"
        for m in ("local", "fesem", "fedprox", "fedper", "fedavg", "fedrep")},
-    **{("fedproto", "mnist", m, "*"): "the paper's ± is the std over clients of the official code's per-client "
-                                      "accuracies, whose counters are never reset (client i's number pools clients 0 "
-                                      "to i: docs/deviations.md, 21), so it is far below a per-client std such as "
-                                      "ours"
+    **{("fedproto", "mnist", m, "*"): "the paper's ± is, most likely, the std over clients of the official code's "
+                                      "per-client accuracies, whose counters are never reset (client i's number pools "
+                                      "clients 0 to i: docs/deviations.md, 21), so it is far below a per-client std "
+                                      "such as ours"
        for m in ("fedproto_orig", "fedproto_mh")},
 }
 
