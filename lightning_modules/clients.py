@@ -47,7 +47,8 @@ from benchmark.data import domain_test_set, load_domain, to_tensor_images
 from benchmark.models import build_model
 from benchmark.provenance import describe_process
 from benchmark.spill import DiskStore
-from lightning_modules.base import ClientModule, NonFiniteLoss, fit_local, own_initialisation, precision_context
+from lightning_modules.base import (ClientModule, NonFiniteLoss, eval_batch, fit_local, own_initialisation,
+                                    precision_context)
 from lightning_modules.fused import FusedNonFiniteLoss, fit_fused
 from lightning_modules.privacy import model_options, private
 from lightning_modules.prototypes import nearest_prototype
@@ -389,10 +390,10 @@ class ClientGroup:
         return module
 
     @torch.no_grad()
-    def test_features(self, global_state: State | None, batch_size: int = 1000) -> dict[int, tuple]:
+    def test_features(self, global_state: State | None, batch_size: int | None = None) -> dict[int, tuple]:
         """Every client's features of its own test samples with the model it is tested with (`evaluate`'s), as
         float16 numpy, and their labels (FedProto's Figure 2)."""
-        out = {}
+        out, batch_size = {}, batch_size or eval_batch(self.device)
         for c in self.clients:
             if c["id"] not in self.test_data:
                 continue
@@ -407,7 +408,7 @@ class ClientGroup:
         return out
 
     @torch.no_grad()
-    def evaluate(self, global_state: State | None, payload: RoundPayload | None, batch_size: int = 1000) -> dict:
+    def evaluate(self, global_state: State | None, payload: RoundPayload | None, batch_size: int | None = None) -> dict:
         """Every client with its own test samples, tested with the model it ends the round with (its own, its entry
         of a per-client global state, or the global one, with the part it keeps put back: `personalise`), in eval
         mode: per client its number of test samples and of correct predictions by the classifier's argmax, and,
@@ -415,6 +416,7 @@ class ClientGroup:
         FedPCL's client's own), by the nearest of them (L2) among the client's own classes."""
         by_prototype = payload is not None and payload.test_prototypes(self.clients[0]["id"]) is not None
         rules = ("classifier", "prototype") if by_prototype else ("classifier",)
+        batch_size = batch_size or eval_batch(self.device)
         correct = {}  # per client its counts by rule, on the device: one host sync for every client
         for c in self.clients:
             if c["id"] not in self.test_data:

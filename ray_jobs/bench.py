@@ -22,7 +22,8 @@
     per client beside it (MOON's previous models, 20 clients on Digits): what
     `--checkpoint-every` saves per round.
 (7) ResNet-10 training (fit_local) and evaluation images per second with the convolution
-    weights contiguous (NCHW) and channels_last (NHWC, as `build_model` makes them).
+    weights contiguous (NCHW) and channels_last (NHWC, as `build_model` makes them); evaluation
+    in the runs' testing batches on this device (`eval_batch`: 64 on a CPU) against one pass of 1,000.
 (8) One FedPLVM round on Digit-5 (preset fedplvm-digit5, the domains the data root holds,
     in process) without and with evaluation, both from one run evaluated on a schedule
     (`--eval-every`), and what a full run of the preset costs at each schedule (an estimate
@@ -55,7 +56,7 @@ from torch import nn
 
 from benchmark.protocols import PRESETS
 from benchmark.transforms import augment
-from lightning_modules.base import batches, fit_local
+from lightning_modules.base import batches, eval_batch, fit_local
 from lightning_modules.fedavg import FedAvgClient
 
 
@@ -234,7 +235,8 @@ def input_batches(device, clients: int, n: int, repeats: int) -> tuple[float, fl
 
 def memory_format_throughput(device, n: int, eval_n: int, repeats: int) -> dict:
     """{(training|evaluation, contiguous|channels_last): images/s} of ResNet-10 (fit_local, 1 epoch of n
-    images, batch 64; one no-grad forward pass of eval_n images), its weights in either memory format."""
+    images, batch 64; one no-grad forward pass of eval_n images), its weights in either memory format; and
+    (evaluation, eval_batch): the eval_n images in the runs' testing batches on this device (channels_last)."""
     from benchmark.models import build_model
 
     x = torch.randint(0, 256, (n, 3, 32, 32), dtype=torch.uint8, device=device)
@@ -243,14 +245,17 @@ def memory_format_throughput(device, n: int, eval_n: int, repeats: int) -> dict:
     formats = {"contiguous": torch.contiguous_format, "channels_last": torch.channels_last}
     modules = {k: client_module(lambda: build_model("resnet10", 10).to(memory_format=f), device) for k, f in formats.items()}
 
-    def evaluate(module):
+    def evaluate(module, batch=eval_n):
         module.net.eval()
         with torch.no_grad():
-            module.net(xe)
+            for i in range(0, eval_n, batch):
+                module.net(xe[i:i + batch])
         module.net.train()
 
     fns = {("training", k): (lambda m=m: fit_local(m, x, y, 1, 64, torch.Generator().manual_seed(0))) for k, m in modules.items()}
     fns |= {("evaluation", k): (lambda m=m: evaluate(m)) for k, m in modules.items()}
+    # the testing batch the runs use on this device (`eval_batch`), channels_last as build_model makes them
+    fns[("evaluation", "eval_batch")] = lambda: evaluate(modules["channels_last"], eval_batch(device))
     times = dict(zip(fns, timed(list(fns.values()), device, repeats)))
     return {key: (n if key[0] == "training" else eval_n) / t for key, t in times.items()}
 
@@ -514,6 +519,9 @@ def main(argv=None):
         a, b = ips[(phase, "contiguous")], ips[(phase, "channels_last")]
         say(f"    {what:34s} contiguous {a:9.1f} images/s   channels_last {b:9.1f} images/s   "
             f"channels_last / contiguous {b / a:6.3f}")
+    a, b = ips[("evaluation", "channels_last")], ips[("evaluation", "eval_batch")]
+    say(f"    evaluation in batches of {eval_batch(device)} (the runs' on this device) {b:9.1f} images/s, one pass of "
+        f"{eval_n} {a:9.1f} images/s: {b / a:6.3f}")
     cfg, lacking, plain, evaluated = evaluation_rounds(device, **prof["fedplvm"])
     say()
     say(f"(8) one FedPLVM round, Digit-5{' without ' + ', '.join(lacking) if lacking else ''} (preset fedplvm-digit5"

@@ -26,7 +26,7 @@ from benchmark import communication
 from benchmark.data import domain_test_set, load_domain
 from benchmark.models import build_model
 from benchmark.provenance import describe_process
-from lightning_modules.base import own_initialisation, precision_context
+from lightning_modules.base import eval_batch, own_initialisation, precision_context
 from lightning_modules.clients import aggregation_weight, resolve_device
 from lightning_modules.privacy import model_options
 from lightning_modules.prototypes import held_prototypes, per_class_count
@@ -260,9 +260,11 @@ class Driver:
         return {cid: res for part in results for cid, res in part.items()}
 
     @torch.no_grad()
-    def evaluate(self, batch_size: int = 1000) -> dict[str, float]:
+    def evaluate(self, batch_size: int | None = None) -> dict[str, float]:
         """Accuracy (percent) of the rule's evaluated model (the global model but for FedDyn), eval mode,
-        on every domain's test set; AVG unweighted."""
+        on every domain's test set, `batch_size` images per forward pass (None: the device's `eval_batch`); AVG
+        unweighted."""
+        batch_size = batch_size or eval_batch(self.device)
         self.model.load_state_dict(self.rule.evaluated_state(self.global_state))
         self.model.eval()
         correct = {}  # counts stay on the device: one host sync for all test sets

@@ -72,6 +72,10 @@ def test_every_section_is_reported_and_saved_under_the_device_name(report):
     assert [r[0] for r in rows] == ["training", "evaluation"]
     for _, contiguous, channels_last, ratio in rows:
         assert float(ratio) == printed_ratio(float(contiguous), float(channels_last))
+    # the runs' testing batch on this CPU (64) against one pass, the ratio the printed rates'
+    (batched, one, ratio), = re.findall(r"evaluation in batches of 64 \(the runs' on this device\) +([\d.]+) images/s, "
+                                        r"one pass of \d+ +([\d.]+) images/s: +([\d.]+)", text)
+    assert float(ratio) == printed_ratio(float(one), float(batched))
     # (2)'s ratio beside its target; (8) a FedPLVM round without and with evaluation, and the full runs' estimates
     assert re.search(r"ratio fit_local / plain +[\d.]+ +\(target >= 0\.98\)", text)
     (plain, evaluation, evaluated, ratio), = re.findall(

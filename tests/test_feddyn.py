@@ -178,6 +178,7 @@ def test_driver_evaluates_the_plain_mean_not_the_sent_model():
     driver.test_sets = {"mnist": (x, y)}
     acc = driver.evaluate()
     assert acc["mnist"] == 100.0
+    assert driver.evaluate(batch_size=10)["mnist"] == 100.0  # 7 batches, the last short: the same counts
 
 
 # --------------------------------------------------------------------- several clients on one module

@@ -14,7 +14,7 @@ from benchmark.data import eval_subset, load_domain, to_tensor_images
 from benchmark.fewshot import nway_kshot_split
 from benchmark.models import build_model
 from benchmark.results import read_jsonl
-from lightning_modules.base import own_initialisation
+from lightning_modules.base import eval_batch, own_initialisation
 from lightning_modules.clients import ClientGroup
 from lightning_modules.fedavg import FedAvgClient
 from lightning_modules.fedproto import FedProtoClient, FedProtoRound
@@ -243,6 +243,9 @@ def test_group_trains_each_client_from_its_own_model(data_root):
     ev = group.evaluate(None, payload)
     assert {cid: r["n"] for cid, r in ev.items()} == {c["id"]: 40 * len(c["classes"]) for c in clients}
     assert all(0 <= r["classifier"] <= r["n"] and 0 <= r["prototype"] <= r["n"] for r in ev.values())
+    # the device's batch (64 on the CPU) and others count the same: one pass of 1,000, and batches of 7
+    assert eval_batch("cpu") == 64 and group.evaluate(None, payload, batch_size=1000) == ev
+    assert group.evaluate(None, payload, batch_size=7) == ev
 
 
 def test_fused_subgroups_never_mix_architectures(data_root):
