@@ -57,7 +57,7 @@ data: $(STAMP)
 ## PRECISION=32-true|bf16-mixed; CHECKPOINT_EVERY=10: each run's checkpoint every 10 rounds (docs/reliability.md);
 ## ACTOR_RESTARTS=0: a dying client actor stops its run (resumed by the next sweep), and actors send their clients'
 ## states (MOON, FedDyn) only for checkpoints, not every round;
-## EVAL_EVERY=K: test every K-th round and the last 5 (default: the table's schedule, every 5th at full);
+## EVAL_EVERY=K: test every K-th round and the rounds the metric reads (default: the table's schedule, every 5th at full);
 ## PARTICIPATION=0.1: a tenth of the clients train in each round (drawn from the seed and round; default 1, all);
 ## CLIENT_MEMORY=host|disk|device: where client groups keep the clients not training (default auto; docs/scale.md);
 ## SPREAD=1: Ray places each run's client actors over as many nodes as possible;

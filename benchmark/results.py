@@ -34,12 +34,16 @@ def read_jsonl(path: Path) -> list[dict]:
 
 def summarize(cfg: dict, clients: list[dict], rounds: list[dict]) -> dict:
     """summary.json from the per-round records: final accuracies and the last-5-round mean (the schedule evaluates
-    the last LAST_K rounds always, `RunConfig.evaluates`)."""
-    last = rounds[-LAST_K:]
-    missing = [r["round"] for r in last if "accuracy" not in r]
+    the last `eval_last` rounds always, `RunConfig.evaluates`: LAST_K, or 1 when a table reads the final round
+    only, and then last5 is None)."""
+    keep = cfg.get("eval_last", LAST_K)
+    missing = [r["round"] for r in rounds[-keep:] if "accuracy" not in r]
     if missing:
-        raise ValueError(f"rounds {missing} of the last {LAST_K} were not evaluated; the final and last-5 metrics need them.")
+        raise ValueError(f"rounds {missing} of the last {keep} were not evaluated; the final (and last-5) metrics need them.")
+    last = rounds[-LAST_K:]
     domains = list(rounds[-1]["accuracy"])
+    last5 = ({d: float(np.mean([r["accuracy"][d] for r in last])) for d in domains}
+             if all("accuracy" in r for r in last) else None)
     return {
         "method": cfg["method"],
         "dataset": cfg["dataset"],
@@ -51,7 +55,7 @@ def summarize(cfg: dict, clients: list[dict], rounds: list[dict]) -> dict:
         "hparams": cfg["hparams"],
         "clients": clients,  # id, domain, num_samples (and classes under an n-way k-shot split)
         "final": dict(rounds[-1]["accuracy"]),
-        "last5": {d: float(np.mean([r["accuracy"][d] for r in last])) for d in domains},
+        "last5": last5,
         "evaluated_rounds": sum("accuracy" in r for r in rounds),
         "finished_utc": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "wall_time_s": float(sum(r["time_s"]["round"] for r in rounds)),
@@ -209,9 +213,10 @@ class Recorder:
             per_round = wandb.Table(columns=["round", *domains],
                                     data=[[r["round"], *r["accuracy"].values()] for r in self.rounds if "accuracy" in r])
             final = wandb.Table(columns=["metric", *domains],
-                                data=[["final", *summary["final"].values()], ["last5", *summary["last5"].values()]])
+                                data=[["final", *summary["final"].values()]]
+                                + ([["last5", *summary["last5"].values()]] if summary["last5"] else []))
             self.wandb.log({"accuracy_per_round": per_round, "final_accuracy": final})
-            self.wandb.summary.update({**{f"last5/{d}": v for d, v in summary["last5"].items()},
+            self.wandb.summary.update({**{f"last5/{d}": v for d, v in (summary["last5"] or {}).items()},
                                        **{f"final/{d}": v for d, v in summary["final"].items()},
                                        **{f"communication/{k}": v for k, v in
                                           summary["communication"].get("per_client_per_round", {}).items()},

@@ -373,11 +373,12 @@ def scale_round(device, clients: int, **settings) -> dict:
                 model_mb=count(state)[1] / 1e6)
 
 
-def evaluated_rounds(rounds: int, eval_every: int) -> int:
-    """How many of `rounds` rounds a run evaluates at `eval_every` (RunConfig.evaluates)."""
+def evaluated_rounds(rounds: int, eval_every: int, eval_last: int = 1) -> int:
+    """How many of `rounds` rounds a run evaluates at `eval_every` (RunConfig.evaluates), the last `eval_last` always
+    (1: FedPLVM's tables read the final round)."""
     from ray_jobs.config import RunConfig
 
-    cfg = RunConfig(rounds=rounds, eval_every=eval_every)
+    cfg = RunConfig(rounds=rounds, eval_every=eval_every, eval_last=eval_last)
     return sum(cfg.evaluates(r) for r in range(rounds))
 
 
@@ -535,7 +536,7 @@ def main(argv=None):
         e = evaluated_rounds(rounds, k)
         est = e * evaluated["round"] + (rounds - e) * plain["round"]
         say(f"    a full run ({rounds} rounds) at --eval-every {k:<3d}: {e:2d} rounds evaluated, about {est / 60:6.1f} min "
-            f"(estimate: these two rounds' times)")
+            f"(estimate: these two rounds' times; the final round always, as FedPLVM's tables read it)")
     say()
     settings = prof["scale"]
     say(f"(9) many clients: one FedAvg client group in process, FPL's Digits at participation 0.1, clients in host "

@@ -54,9 +54,11 @@ class RunConfig:
     hparams: dict = field(default_factory=dict)  # the method's hyperparameters (defaults from the registry)
     client_fraction: float = 1.0  # scales every client's sample count (small settings)
     eval_max: int | None = None  # caps each domain's test set (small settings)
-    # evaluate after round r when (r + 1) % eval_every == 0, and after each of the last LAST_K rounds (what the
-    # final and last-5 metrics read); not part of the protocol: training is the same whatever the schedule
+    # evaluate after round r when (r + 1) % eval_every == 0, and after each of the last `eval_last` rounds: LAST_K
+    # (the final and the last-5 metrics) or 1 (the final only: a table that reads the final round sets it; the
+    # summary's last5 is then null); not part of the protocol: training is the same whatever the schedule
     eval_every: int = 1
+    eval_last: int = LAST_K
     executor: str = "ray"
     num_actors: int = 2
     cpus_per_actor: float = 1.0
@@ -127,6 +129,9 @@ class RunConfig:
             raise ConfigError(f"eval-max must be at least 1 (got {self.eval_max}).")
         if self.eval_every < 1:
             raise ConfigError(f"eval-every must be at least 1 (got {self.eval_every}).")
+        if self.eval_last not in (1, LAST_K):
+            raise ConfigError(f"eval_last is 1 (the final round) or {LAST_K} (the last-{LAST_K} mean too), "
+                              f"not {self.eval_last}.")
         if self.executor not in ("ray", "local"):
             raise ConfigError(f"unknown executor {self.executor!r}; choose ray or local.")
         if self.engine not in ENGINES:
@@ -182,8 +187,8 @@ class RunConfig:
 
     def evaluates(self, round_idx: int) -> bool:
         """Whether the global model (or each client's) is tested after round `round_idx`: every `eval_every`-th
-        round and each of the last LAST_K rounds, which the final and the last-5 metrics read."""
-        return (round_idx + 1) % self.eval_every == 0 or round_idx >= self.rounds - LAST_K
+        round and each of the last `eval_last` rounds, which the final (and the last-5) metrics read."""
+        return (round_idx + 1) % self.eval_every == 0 or round_idx >= self.rounds - self.eval_last
 
     def participants(self, round_idx: int, client_ids: list[int]) -> list[int]:
         """The clients that train in round `round_idx` (`benchmark.sampling.participants`)."""

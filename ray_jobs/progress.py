@@ -85,8 +85,8 @@ class SweepProgress:
             self.running -= 1
             self.done += 1
             # both metrics: FPL's tables read the last-5 mean, FedPLVM's and FedProto's the final round
-            self._show(f"{name}: AVG {summary['final']['AVG']:.2f} final, {summary['last5']['AVG']:.2f} last-5 mean "
-                       f"({summary['wall_time_s']:.0f}s)")
+            last5 = "" if summary["last5"] is None else f", {summary['last5']['AVG']:.2f} last-5 mean"
+            self._show(f"{name}: AVG {summary['final']['AVG']:.2f} final{last5} ({summary['wall_time_s']:.0f}s)")
 
     def failed_run(self, name: str, message: str) -> None:
         with self.lock:

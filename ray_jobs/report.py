@@ -50,6 +50,9 @@ def collect(runs: list[RunConfig], metric: str = "last5") -> pd.DataFrame:
     for cfg in runs:
         s = read_summary(Path(cfg.out))
         comm = s.get("communication", {}).get("per_client_per_round", {})
+        if s[metric] is None:  # a run made for a table that reads the final round only (eval_last 1)
+            raise RunError(f"{cfg.out}: its summary has no {metric} (its run tested the final round only, for a "
+                           f"table that reads that); delete its summary.json and sweep again to run it for this table.")
         for dom, acc in s[metric].items():
             rows.append({"method": cfg.method, "dataset": cfg.dataset, "domain": dom, "seed": cfg.seed, "acc": acc,
                          "up_bytes": comm.get("up_bytes", np.nan), "down_bytes": comm.get("down_bytes", np.nan)})

@@ -370,7 +370,7 @@ def run(cfg: RunConfig, quiet: bool = False, resume: bool = False,
 
 
 def format_table(summary: dict) -> str:
-    df = pd.DataFrame({"final": summary["final"], "last5": summary["last5"]}).T
+    df = pd.DataFrame({"final": summary["final"], **({"last5": summary["last5"]} if summary["last5"] else {})}).T
     title = f"{summary['method']} on {summary['dataset']} ({summary['split']} split, seed {summary['seed']}, {summary['rounds']} rounds)"
     if summary.get("dropped_domains"):
         title += f"; without {', '.join(summary['dropped_domains'])}"

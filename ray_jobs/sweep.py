@@ -255,8 +255,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--precision", default="32-true",
                     help="32-true (as the references) or bf16-mixed; part of each run's protocol (a run at another precision is run again)")
     ap.add_argument("--eval-every", type=int, default=None,
-                    help="test every run after every K-th round and the last 5 (default: the table's full-profile "
-                         "schedule, every round at the smoke profile); not part of a run's protocol")
+                    help="test every run after every K-th round and the rounds the table's metric reads: the last 5, "
+                         "or the final one (default: the table's full-profile schedule, every round at the smoke "
+                         "profile); not part of a run's protocol")
     ap.add_argument("--participation", type=float, default=None,
                     help="the share of the clients that train in each round of every run (default: each preset's, "
                          "1 for the papers'); part of each run's protocol and of its folder's name")

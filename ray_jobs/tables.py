@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from benchmark import paper
+from benchmark.results import LAST_K
 from benchmark.fewshot import SHOTS
 from benchmark.protocols import FEDPROTO_FIGURE3_SHOTS
 from lightning_modules.registry import METHODS, TABLE2_METHODS
@@ -76,9 +77,12 @@ class Table:
         return self.seeds if profile == "full" else SMOKE_SEEDS
 
     def overrides(self, profile: str) -> dict:
-        """RunConfig fields the profile sets on top of the presets (the smoke profile evaluates every round)."""
+        """RunConfig fields the profile sets on top of the presets: the full profile's schedule (every
+        `eval_every`-th round, and the rounds its metric reads: the last 5, or the final one), the smoke profile's
+        every round."""
         return {**self.config, **PROFILES[profile],
-                **(self.smoke if profile == "smoke" else {"eval_every": self.eval_every})}
+                **(self.smoke if profile == "smoke" else
+                   {"eval_every": self.eval_every, "eval_last": 1 if self.metric == "final" else LAST_K})}
 
 
 FPL_PRESETS = ("fpl-digits", "fpl-office")

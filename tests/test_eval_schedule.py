@@ -10,6 +10,7 @@ from benchmark.protocols import ConfigError
 from benchmark.results import MODEL_FILE, read_jsonl, read_summary
 from ray_jobs.config import RunConfig
 from ray_jobs.run import main, run
+from ray_jobs.tables import TABLES
 
 ROUNDS = 7  # evaluated with K = 3: rounds 2 and 5 by the schedule, rounds 2-6 as the last 5
 
@@ -20,6 +21,16 @@ def test_schedule_by_hand():
     cfg = RunConfig(rounds=100, eval_every=5, executor="local")
     assert [r for r in range(100) if cfg.evaluates(r)] == [*range(4, 95, 5), 95, 96, 97, 98, 99]
     assert all(RunConfig(rounds=4, executor="local").evaluates(r) for r in range(4))
+    # a table that reads the final round only tests no more of the last 5 (eval_last 1)
+    cfg = RunConfig(rounds=ROUNDS, eval_every=3, eval_last=1, executor="local")
+    assert [r for r in range(ROUNDS) if cfg.evaluates(r)] == [2, 5, 6]
+    cfg = RunConfig(rounds=50, eval_every=5, eval_last=1, executor="local")
+    assert [r for r in range(50) if cfg.evaluates(r)] == [*range(4, 50, 5)]  # 10 of FedPLVM's 50 rounds, not 14
+    # each table's full profile: the rounds its metric reads; the smoke profile every round
+    assert TABLES["fedplvm12"].overrides("full")["eval_last"] == 1 and TABLES["fedproto"].overrides("full")["eval_last"] == 1
+    assert TABLES["2"].overrides("full")["eval_last"] == 5 and "eval_last" not in TABLES["fedplvm12"].overrides("smoke")
+    with pytest.raises(ConfigError, match="eval_last is 1"):
+        RunConfig(eval_last=3)
 
 
 @pytest.mark.parametrize("method,preset,kw", [
@@ -29,13 +40,14 @@ def test_schedule_by_hand():
     ("fedproto_orig", "fedproto-mnist-n3", dict(client_fraction=0.1)),
 ])
 def test_a_sparse_schedule_trains_exactly_what_every_round_trains(data_root, tmp_path, method, preset, kw):
-    def one(k):
-        base = dict(method=method, rounds=ROUNDS, local_epochs=1, eval_every=k, executor="local", num_actors=2,
-                    data_root=str(data_root), out=str(tmp_path / f"k{k}"), **kw)
+    def one(k, last=5):
+        out = tmp_path / f"k{k}-last{last}"
+        base = dict(method=method, rounds=ROUNDS, local_epochs=1, eval_every=k, eval_last=last, executor="local",
+                    num_actors=2, data_root=str(data_root), out=str(out), **kw)
         cfg = RunConfig.from_preset(preset, **base) if preset else RunConfig(**base)
-        return run(cfg, quiet=True), read_jsonl(tmp_path / f"k{k}" / "metrics.jsonl")
+        return run(cfg, quiet=True), read_jsonl(out / "metrics.jsonl")
 
-    (every, rec1), (sparse, rec3) = one(1), one(3)
+    (every, rec1), (sparse, rec3), (final_only, rec_final) = one(1), one(3), one(3, last=1)
     assert [r["evaluated"] for r in rec3] == [False, False, True, True, True, True, True]
     assert all(r["evaluated"] for r in rec1)
     for a, b in zip(rec1, rec3):
@@ -49,10 +61,15 @@ def test_a_sparse_schedule_trains_exactly_what_every_round_trains(data_root, tmp
     assert every["final"] == sparse["final"] and every["last5"] == sparse["last5"]
     assert sparse["last5"]["AVG"] == pytest.approx(sum(r["accuracy"]["AVG"] for r in rec1[-5:]) / 5)
     assert (every["evaluated_rounds"], sparse["evaluated_rounds"]) == (ROUNDS, 5)
-    if (tmp_path / "k1" / MODEL_FILE).exists():  # the final global model, bit for bit
-        m1, m3 = (torch.load(tmp_path / f"k{k}" / MODEL_FILE) for k in (1, 3))
+    if (tmp_path / "k1-last5" / MODEL_FILE).exists():  # the final global model, bit for bit
+        m1, m3 = (torch.load(tmp_path / f"k{k}-last5" / MODEL_FILE) for k in (1, 3))
         assert all(torch.equal(m1[n], m3[n]) for n in m1)
-    assert read_summary(tmp_path / "k3") == sparse
+    assert read_summary(tmp_path / "k3-last5") == sparse
+    # the final round only (a table whose metric is the final round): rounds 2 and 5 by the schedule, and 6
+    assert [r["evaluated"] for r in rec_final] == [False, False, True, False, False, True, True]
+    assert [r["client_loss"] for r in rec_final] == [r["client_loss"] for r in rec1]
+    assert final_only["final"] == every["final"] and final_only["last5"] is None
+    assert final_only["evaluated_rounds"] == 3 and read_summary(tmp_path / "k3-last1") == final_only
 
 
 def test_bad_eval_every_is_one_line(capsys):
