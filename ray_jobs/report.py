@@ -15,7 +15,7 @@ import pandas as pd
 from benchmark import paper
 from benchmark.data import DATASETS, STAND_INS
 from benchmark.provenance import commit_label, hardware_label
-from benchmark.results import atomic_write, read_jsonl, read_summary, run_complete, wandb_mode
+from benchmark.results import LAST_K, atomic_write, read_jsonl, read_summary, run_complete, wandb_mode
 from ray_jobs.config import RunConfig
 from ray_jobs.figures import RUNS_LINE, table_figures
 from ray_jobs.run import RunError
@@ -66,8 +66,10 @@ def collect(runs: list[RunConfig], metric: str = "last5") -> pd.DataFrame:
 def setting_line(cfg: RunConfig, domains: list[str], done: list[RunConfig] = ()) -> str:
     """A report's line on a dataset's runs: their protocol, the evaluation schedule the complete runs `done` used
     (from their config.json), and which of `domains` (those run) are stand-ins for the paper's data."""
-    schedules = sorted({json.loads((Path(c.out) / "config.json").read_text()).get("eval_every", 1) for c in done})
-    evaluated = " or ".join("every round" if k == 1 else f"every {k}th round and the last 5" for k in schedules)
+    configs = [json.loads((Path(c.out) / "config.json").read_text()) for c in done]
+    schedules = sorted({(c.get("eval_every", 1), c.get("eval_last", LAST_K)) for c in configs})
+    evaluated = " or ".join("every round" if k == 1 else f"every {k}th round and "
+                            + ("the final one" if last == 1 else f"the last {last}") for k, last in schedules)
     return (f"Preset {cfg.preset}: {cfg.rounds} rounds x {cfg.local_epochs} local epochs, batch {cfg.batch_size}, "
             f"lr {cfg.lr:g}, momentum {cfg.momentum:g}, client fraction {cfg.client_fraction:g}"
             + (f", test sets capped at {cfg.eval_max}" if cfg.eval_max else "")

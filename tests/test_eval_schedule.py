@@ -77,3 +77,18 @@ def test_bad_eval_every_is_one_line(capsys):
     assert capsys.readouterr().err.strip() == "error: eval-every must be at least 1 (got 0)."
     with pytest.raises(ConfigError):
         RunConfig(eval_every=-1)
+
+
+def test_a_report_says_the_schedules_its_runs_used(tmp_path):
+    """A report's setting line names each schedule its complete runs used, from their config.json."""
+    from ray_jobs.report import setting_line
+
+    runs = []
+    for i, (every, last) in enumerate([(5, 1), (5, 5), (5, 1)]):
+        cfg = RunConfig.from_preset("fedplvm-digit5", seed=i, eval_every=every, eval_last=last, out=str(tmp_path / str(i)))
+        (tmp_path / str(i)).mkdir()
+        (tmp_path / str(i) / "config.json").write_text(cfg.to_json())
+        runs.append(cfg)
+    line = setting_line(runs[0], ["mnist"], runs)
+    assert "tested after every 5th round and the final one or every 5th round and the last 5." in line
+    assert "tested after every 5th round and the final one." in setting_line(runs[0], ["mnist"], runs[::2])
