@@ -434,7 +434,18 @@ def main(argv=None):
     prof = PROFILES["small" if args.profile == "small" else ("cuda" if device.type == "cuda" else "cpu")]
     small_run = {**SMALL_RUN, **prof["phases"]}
     lines = []
-    say = lambda s="": (print(s, flush=True), lines.append(s))  # noqa: E731
+    out = Path(args.out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    path = out / f"bench-{device_slug(device)}.txt"
+    flags = " ".join(argv if argv is not None else sys.argv[1:])
+
+    def say(s=""):
+        """Print a line and rewrite the bench's file with every line so far: a bench stopped part-way (a GPU
+        window's end) keeps the sections it finished."""
+        print(s, flush=True)
+        lines.append(s)
+        path.write_text("\n".join(lines) + f"\n\ncommand: python -m ray_jobs.bench {flags}".rstrip() + "\n")
+
     hw = torch.cuda.get_device_name(device) if device.type == "cuda" else f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores"
     say(f"make bench  {time.strftime('%Y-%m-%d %H:%M')}  device: {device} ({hw}), torch {torch.__version__}, "
         f"{torch.get_num_threads()} threads, load average {os.getloadavg()[0]:.1f} at start, profile {args.profile}")
@@ -502,8 +513,6 @@ def main(argv=None):
                     say(f"    full FPL {dataset}{' without ' + ', '.join(lacking) if lacking else ''}: {cfg.rounds} rounds x "
                         f"{cfg.local_epochs} epochs, engine {engine}: wall {wall:.1f} s (target {TARGETS_S[dataset]} s); "
                         f"last round {shares(phases)}")
-    out = Path(args.out_dir)
-    out.mkdir(parents=True, exist_ok=True)
     clients, repeats = prof["checkpoint"]
     say()
     say(f"(6) writing a run's checkpoint (serialise, sha256, fsync; in {out}), best of {repeats}")
@@ -549,9 +558,6 @@ def main(argv=None):
             f"at most {r['peak_on_device']} client on the device, host {r['host_mb']:6.1f} MB{device_mb}; a model per "
             f"client (MOON) would add "
             f"{r['clients'] * r['model_mb']:7.1f} MB in host memory")
-    path = out / f"bench-{device_slug(device)}.txt"
-    flags = " ".join(argv if argv is not None else sys.argv[1:])
-    path.write_text("\n".join(lines) + f"\n\ncommand: python -m ray_jobs.bench {flags}".rstrip() + "\n")
     print(f"\nsaved: {path}")
     return path
 

@@ -42,6 +42,9 @@ SIZES = {0: 10, 1: 7, 2: 10, 3: 5, 4: 7}  # client id -> samples: 2 of 10, 2 of 
 # DP-SGD variants run under the sequential engine alone (the fused one refuses them: tests/test_privacy.py)
 CLUSTERING_ONLY = {"fedplvm_kmeans_adaptive", "fedplvm_kmeans2", "fedplvm_kmeans5", "fedplvm_cluster_avg",
                    "fedplvm_dp_protos"}
+# TEST_DEVICE=cuda runs these tests on a GPU (the GPU runbook's first step: the CPU cannot show CUDA-only failures,
+# such as cuDNN's BatchNorm under vmap); CI runs them on the CPU
+DEVICE = torch.device(os.environ.get("TEST_DEVICE", "cpu"))
 ONE_MODEL = sorted(m for m in METHODS if METHODS[m].client_model is None  # TinyNet: one model for every client
                    and m not in CLUSTERING_ONLY and not METHODS[m].defaults.get("dp_sgd"))
 
@@ -52,7 +55,7 @@ def shards(data_root):
         x, y = to_tensor_images(z["x"][:64]), torch.from_numpy(z["y"][:64]).long()
     out, start = {}, 0
     for cid, n in SIZES.items():
-        out[cid] = (x[start:start + n], y[start:start + n])
+        out[cid] = (x[start:start + n].to(DEVICE), y[start:start + n].to(DEVICE))
         start += n
     return out
 
@@ -63,12 +66,12 @@ def make_group(method: str, engine: str, shards, dtype, precision="32-true", lr=
     # the methods that keep no global model are tested on FedProto's protocol (its cfg; the data here is injected)
     dataset = "digits" if spec.server.averages_weights else "mnist"
     group.cfg = RunConfig(method=method, dataset=dataset, seed=3, local_epochs=2, batch_size=4, engine=engine, **protocol)
-    group.device = torch.device("cpu")
+    group.device = DEVICE
     mean = sum(SIZES.values()) / len(SIZES)  # the driver's data_share (FedDyn's alpha_k)
     group.clients = [{"id": c, "domain": "usps", "data_share": n / mean} for c, n in SIZES.items()]
     group.data = shards
     group.module = spec.client(TinyNet(10), group.cfg.hparams, lr=lr, momentum=0.9, weight_decay=1e-3)
-    group.module.to(dtype)
+    group.module.to(dtype).to(DEVICE)
     group.module.precision_mode = precision
     group.client_states = {}
     group.own_models = {}  # rules that average no weights (FedProto as published, Local)
@@ -276,7 +279,7 @@ def test_fused_batch_norm_of_a_bfloat16_input_under_bf16_mixed(shards):
     (`expected scalar type BFloat16 but found Float`) where autocast makes the input bfloat16 under vmap: after
     a matrix product. Every BatchNorm's input is cast to its statistics' dtype (`batch_norm_in_stats_dtype`):
     the fused engine trains, every BatchNorm ran in float32, in both engines."""
-    module = FedAvgClient(MatmulBatchNormNet(10), lr=0.05)
+    module = FedAvgClient(MatmulBatchNormNet(10), lr=0.05).to(DEVICE)
     module.precision_mode = "bf16-mixed"
     start = copy.deepcopy(module.net.state_dict())
     seen = {"fc": set(), "bn": set()}
@@ -306,7 +309,7 @@ def test_fused_moon_on_a_channels_last_model_keeps_vmap_tensors_contiguous(shard
     the vmapped call, and it must not raise."""
     spec = METHODS["moon"]
     torch.manual_seed(0)
-    module = spec.client(build_model("resnet10", 10), spec.defaults)
+    module = spec.client(build_model("resnet10", 10), spec.defaults).to(DEVICE)
     assert module.global_net.conv1.weight.is_contiguous(memory_format=torch.channels_last)
     start = copy.deepcopy(module.net.state_dict())
     checked = []
@@ -373,15 +376,15 @@ def test_stacked_sgd_is_each_clients_torch_sgd_and_leaves_the_others_untouched()
     continues from its buffer: torch's state after its own steps only)."""
     torch.manual_seed(0)
     hyper = [(0.1, 0.9, 1e-3), (0.05, 0.0, 0.0), (0.2, 0.5, 1e-2)]
-    w = torch.randn(3, 4, 5, dtype=torch.float64)
+    w = torch.randn(3, 4, 5, dtype=torch.float64).to(DEVICE)
     stacked = StackedSGD([w], hyper)
     own = [w[i].clone().requires_grad_(True) for i in range(3)]
     torch_sgd = [torch.optim.SGD([p], lr=lr, momentum=m, weight_decay=wd) for p, (lr, m, wd) in zip(own, hyper)]
     for active in (None, [True, False, True], [False, True, False], None, [True, True, False]):
-        grad = torch.randn(3, 4, 5, dtype=torch.float64)
+        grad = torch.randn(3, 4, 5, dtype=torch.float64).to(DEVICE)
         before = (w.clone(), stacked.buffers[0].clone())
         w.grad = grad.clone()
-        stacked.step(None if active is None else torch.tensor(active))
+        stacked.step(None if active is None else torch.tensor(active, device=DEVICE))
         for i, (p, opt) in enumerate(zip(own, torch_sgd)):
             if active is None or active[i]:
                 p.grad = grad[i].clone()
@@ -397,7 +400,7 @@ def test_stacked_sgd_per_parameter_masks_leave_frozen_slices_whatever_their_grad
     without a gradient (no client trains it) is left alone, as torch's SGD leaves it."""
     torch.manual_seed(1)
     hyper = [(0.1, 0.9, 1e-3), (0.05, 0.5, 1e-2)]
-    params = [torch.randn(2, 3, dtype=torch.float64), torch.randn(2, 4, 2, dtype=torch.float64)]
+    params = [torch.randn(2, 3, dtype=torch.float64).to(DEVICE), torch.randn(2, 4, 2, dtype=torch.float64).to(DEVICE)]
     stacked = StackedSGD(params, hyper)
     own = [[p[i].clone().requires_grad_(True) for p in params] for i in range(2)]
     torch_sgd = [torch.optim.SGD(own[i], lr=lr, momentum=m, weight_decay=wd) for i, (lr, m, wd) in enumerate(hyper)]
@@ -418,7 +421,7 @@ def test_stacked_sgd_per_parameter_masks_leave_frozen_slices_whatever_their_grad
                 else:
                     grad[i].view(-1)[0] = float("nan") if i else float("inf")  # a frozen slice's gradient
             p.grad = grad
-        stacked.step([None if m is None or m == "no gradient" else torch.tensor(m) for m in masks])
+        stacked.step([None if m is None or m == "no gradient" else torch.tensor(m, device=DEVICE) for m in masks])
         for opt in torch_sgd:
             opt.step()
         for j, (p, mask) in enumerate(zip(params, masks)):

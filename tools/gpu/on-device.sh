@@ -11,6 +11,11 @@
 #   poll SECS        waits up to SECS for the detached jobs, then puts logs.tgz and results-small.tgz (the small files
 #                    of the run folders and reports written since staging: no model or checkpoint) under $OUT
 #   sh CMD...        CMD in the code folder with the same environment
+#   window SECS ARGS one short window's plan in one call, everything collected within SECS seconds of its start:
+#                    `python3 -m ray_jobs.sweep ARGS` detached (the table's runs); beside it the engine tests on CUDA
+#                    (tests/test_fused.py, TEST_DEVICE=cuda: correctness, not timing); once the sweep ends, the bench
+#                    (`ray_jobs.bench --skip-ray`, alone on the GPU) with the time left, its file rewritten after each
+#                    line; then `poll 0`. Run `stage` first (in the same call: `stage && window ...`)
 set -uo pipefail
 K=${KIT_HOME:-/root}; R=$K/fpdata; P=$K/proj; L=$K/logs; S=$K/site; W=$K/rayparts
 export PYTHONPATH=$S:$P WANDB_MODE=disabled PYTHONUNBUFFERED=1 BENCH_DATA_ROOT=$R RAY_USAGE_STATS_ENABLED=0
@@ -65,5 +70,16 @@ case "${1:-}" in
             -size -4M -newer $K/.staged | tar -czf $OUT/results-small.tgz -T - 2>/dev/null)
          ls -la $OUT; nvidia-smi --query-gpu=utilization.gpu,memory.used --format=csv,noheader 2>/dev/null; true ;;
   sh)    shift; cd $P && bash -c "$*" ;;
-  *)     echo "usage: on-device.sh stage | ray | bg NAME CMD... | poll SECS | sh CMD..."; exit 2 ;;
+  window) end=$((SECONDS + $2)); shift 2; self=$(readlink -f "$0")
+         mkdir -p $K/shared && ln -sfn $R $K/shared/data   # the tests' data root: ../shared/data beside the code
+         bash "$self" bg sweep "python3 -m ray_jobs.sweep $*"
+         (cd $P && TEST_DEVICE=cuda timeout $((end - SECONDS - 60)) python3 -m pytest -q -p no:cacheprovider \
+            tests/test_fused.py > $L/test-fused-cuda.log 2>&1; echo "pytest exit status $?" >> $L/test-fused-cuda.log)
+         tail -n 3 $L/test-fused-cuda.log
+         while [ $SECONDS -lt $((end - 90)) ] && running; do sleep 5; done
+         running && echo "the sweep is still running: no bench in this window" || {
+           echo "sweep done at ${SECONDS} s; bench with $((end - SECONDS - 30)) s left"
+           (cd $P && timeout -s INT $((end - SECONDS - 30)) python3 -m ray_jobs.bench --skip-ray > $L/bench.log 2>&1) ; }
+         bash "$self" poll 0 ;;
+  *)     echo "usage: on-device.sh stage | ray | bg NAME CMD... | poll SECS | sh CMD... | window SECS SWEEP-ARGS..."; exit 2 ;;
 esac
