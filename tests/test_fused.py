@@ -12,6 +12,7 @@ Under bf16-mixed they agree within what bfloat16 rounding moves the same round
 """
 from __future__ import annotations
 
+import contextlib
 import copy
 import dataclasses
 import os
@@ -127,7 +128,7 @@ def max_rel_diff(a, b) -> float:
     for x, y in zip(fa, fb):
         assert x.shape == y.shape
         if x.numel():
-            x, y = x.double(), y.double()
+            x, y = x.double().cpu(), y.double().cpu()
             worst = max(worst, float((x - y).abs().max() / y.abs().max().clamp_min(1e-300)))
     return worst
 
@@ -206,7 +207,7 @@ def test_fused_equals_sequential_for_fedrep_with_clients_in_different_phases(sha
         # both parts moved: the heads (of the clients whose phases give them a step), and the bodies' sum from
         # round 0 to round 1; with drop_last the heads of the clients of 7 and 5 never train: exactly their start
         torch.manual_seed(0)  # run_rounds' initialisation
-        start = {k: v.double() for k, v in TinyNet(10).state_dict().items() if k.startswith("classifier.")}
+        start = {k: v.double().to(DEVICE) for k, v in TinyNet(10).state_dict().items() if k.startswith("classifier.")}
         for c, n in SIZES.items():
             if drop_last and n < 10:
                 assert all(torch.equal(cs_f[c][k], start[k]) for k in start)
@@ -215,11 +216,27 @@ def test_fused_equals_sequential_for_fedrep_with_clients_in_different_phases(sha
         assert max_rel_diff(seq[1][0]["sum"], seq[0][0]["sum"]) > 1e-3
 
 
+@contextlib.contextmanager
+def true_float32():
+    """float32 convolutions on CUDA too: cuDNN runs them in TF32 by default (`torch.backends.cudnn.allow_tf32`, on
+    since PyTorch 1.7 on GPUs that have it, so a run's 32-true uses it there), 10-bit mantissas through other
+    kernels in each engine: on the H200 (2026-11-26) the float32 test below measured 2.0e-3 with TF32 on.
+    These tests measure float32 rounding (and bfloat16's against it): TF32 off while they run."""
+    before = torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32
+    torch.backends.cudnn.allow_tf32 = torch.backends.cuda.matmul.allow_tf32 = False
+    try:
+        yield
+    finally:
+        torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32 = before
+
+
 def test_fused_equals_sequential_in_float32(shards):
     """float32: equal within rounding, amplified by 2 rounds of training (README quotes the size)."""
     worst = 0.0
     for method in ("fpl", "moon"):
-        seq, fused = run_rounds(method, shards, [("sequential", torch.float32, "32-true"), ("fused", torch.float32, "32-true")])
+        with true_float32():
+            seq, fused = run_rounds(method, shards, [("sequential", torch.float32, "32-true"),
+                                                     ("fused", torch.float32, "32-true")])
         for (rs, _), (rf, _) in zip(seq, fused):
             worst = max(worst, *(max_rel_diff(rf[k], rs[k]) for k in ("sum", "protos", "losses")))
     print(f"float32 fused vs sequential: largest difference relative to the tensor's largest entry {worst:.1e}")
@@ -242,12 +259,18 @@ def test_fused_equals_sequential_under_bf16_mixed(method, shards):
     """
     variants = [("sequential", torch.float32, "32-true"), ("sequential", torch.float32, "bf16-mixed"),
                 ("fused", torch.float32, "bf16-mixed")]
-    ref, seq, fused = run_rounds(method, shards, variants, lr=0.01)
+    with true_float32():
+        ref, seq, fused = run_rounds(method, shards, variants, lr=0.01)
     for (r32, _), (rs, _), (rf, _) in zip(ref, seq, fused):
         d = max(max_rel_diff(rs[k], r32[k]) for k in ("sum", "protos", "losses"))
         assert 1e-3 < d < 0.3  # bfloat16 was applied (float32 rounding alone moves these by < 1e-4), and is rounding
         for k in ("sum", "protos", "losses"):
-            assert max_rel_diff(rf[k], rs[k]) <= 2 * d, k
+            # the fused round's own departure from 32-true, beside the sequential one's: the numbers a failure needs
+            # (on the H200, 2026-11-26, with TF32 in the reference: fedplvm_avg_avg protos 2.5 d, fpl_cpcl_only
+            # sum 3.4 d; docs/speed.md)
+            seen = (f"{k}: fused vs sequential {max_rel_diff(rf[k], rs[k]):.2e}, d {d:.2e}, fused vs 32-true "
+                    f"{max_rel_diff(rf[k], r32[k]):.2e}, sequential vs 32-true {max_rel_diff(rs[k], r32[k]):.2e}")
+            assert max_rel_diff(rf[k], rs[k]) <= 2 * d, seen
         assert all(np.isfinite(v) for v in rf["losses"].values())
 
 

@@ -103,3 +103,52 @@ def test_wheels_are_ray_of_this_environment_and_everything_it_needs_that_the_mac
     assert set(required_by) == set(wheels)  # nothing fetched that nothing needs
     assert {"click", "jsonschema", "msgpack", "protobuf", "requests", "grpcio", "pydantic"} <= set(wheels)
     assert not {"torch", "numpy", "filelock", "packaging", "pyyaml", "aiohttp"} & set(wheels)
+
+
+def test_import_completes_the_provenance_of_a_windows_runs_and_overwrites_no_committed_run(tmp_path):
+    """A window's results-small.tgz (runs recorded without .git): each run's config gets the commit given and the
+    window's gpu_run entry, the other files land as they were; a second import of a run already complete, or an
+    archive with a path outside results/, is refused with one line and writes nothing."""
+    import io
+    import json
+    import tarfile
+
+    def archive(path: Path, files: dict[str, str]) -> Path:
+        with tarfile.open(path, "w:gz") as tar:
+            for name, text in files.items():
+                data = text.encode()
+                info = tarfile.TarInfo(name)
+                info.size = len(data)
+                tar.addfile(info, io.BytesIO(data))
+        return path
+
+    config = {"method": "moon", "seed": 1, "provenance": {"git": {"commit": None, "dirty": None}, "executor": "local"}}
+    files = {"results/runs/moon-office_caltech-default-seed1/config.json": json.dumps(config),
+             "results/runs/moon-office_caltech-default-seed1/summary.json": '{"complete": true}',
+             "results/runs/moon-office_caltech-default-seed1/metrics.jsonl": '{"round": 0}\n',
+             "results/table2.md": "# the device's report\n"}
+    tgz = archive(tmp_path / "results-small.tgz", files)
+    root = tmp_path / "checkout"
+    root.mkdir()
+    commit = "e115dcbc125ec51df516ef57173961beda310f58"
+    gpu_run = '{"date": "2026-11-26", "device": "NVIDIA H200", "shared_gpu_with": "3 runs"}'
+    done = kit("import", str(tgz), "--commit", commit, "--gpu-run", gpu_run, "--root", str(root), cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == f"imported 1 run(s) into {root / 'results/runs'}: moon-office_caltech-default-seed1"
+    run = root / "results/runs/moon-office_caltech-default-seed1"
+    got = json.loads((run / "config.json").read_text())
+    assert got["provenance"]["git"] == {"commit": commit, "dirty": False}
+    assert got["provenance"]["gpu_run"] == json.loads(gpu_run) and got["method"] == "moon"
+    assert (run / "metrics.jsonl").read_text() == '{"round": 0}\n'
+    assert (root / "results/table2.md").read_text() == "# the device's report\n"
+
+    (root / "results/table2.md").write_text("# ours\n")
+    again = kit("import", str(tgz), "--commit", commit, "--gpu-run", gpu_run, "--root", str(root), cwd=tmp_path)
+    assert again.returncode == 2 and again.stderr.startswith("error: ") and "moon-office_caltech-default-seed1" in again.stderr
+    assert (root / "results/table2.md").read_text() == "# ours\n"  # nothing written
+    evil = archive(tmp_path / "evil.tgz", {"results/../../outside.txt": "x"})
+    refused = kit("import", str(evil), "--commit", commit, "--gpu-run", gpu_run, "--root", str(root), cwd=tmp_path)
+    assert refused.returncode == 2 and "only files under results/ are imported" in refused.stderr
+    assert not (tmp_path / "outside.txt").exists()
+    short = kit("import", str(tgz), "--commit", "e115dcb", "--gpu-run", gpu_run, "--root", str(root), cwd=tmp_path)
+    assert short.returncode == 2 and "40-digit commit" in short.stderr

@@ -50,12 +50,14 @@ def test_replace_section_keeps_the_rest_and_refuses_missing_markers():
 
 
 def test_the_command_names_the_settings_most_runs_used_and_the_runs_that_differ():
-    """Table 2's H100 runs: the engine most of them recorded in the command, the others named after it (MOON ran
-    the sequential engine), read here from the config files."""
+    """Table 2's GPU runs: the engine most of them recorded in the command, the others named after it (MOON's
+    H100 seed 0 ran the sequential engine; the H200 runs of 2026-11-26 ran `--engine auto`, fused on CUDA), read
+    here from the config files."""
     cfgs = [json.loads(p.read_text()) for p in (ROOT / "results/runs").glob("*-office_caltech-default-seed*/config.json")]
     engines = {}
     for c in cfgs:
         engines.setdefault(c["engine"], set()).add(c["method"])
-    assert set(engines) == {"fused", "sequential"} and engines["sequential"] == {"moon"}
+    assert set(engines) == {"fused", "sequential", "auto"} and engines["sequential"] == {"moon"}
+    assert engines["auto"] == {"fedprox", "moon", "feddyn", "fedopt"}
     line = next(ln for ln in (ROOT / "README.md").read_text().splitlines() if "`make table2 " in ln)
-    assert "ENGINE=fused` (ENGINE=sequential for moon);" in line
+    assert "ENGINE=fused` (ENGINE=auto for feddyn, fedopt, fedprox, moon; ENGINE=sequential for moon);" in line

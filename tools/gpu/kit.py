@@ -5,6 +5,8 @@
                                                               # wheels for its Python 3.12 on x86-64 Linux
     python tools/gpu/kit.py split FILE PREFIX [--part-mib 60]  # FILE in parts: PREFIX1/, PREFIX2/, ...
     python tools/gpu/kit.py join DIR OUT                      # there: the parts gathered in DIR back into OUT
+    python tools/gpu/kit.py import TGZ --commit SHA --gpu-run JSON  # here: a window's results-small.tgz into
+                                                              # the checkout, each run's provenance completed
 
 What the machine has (README, GPU runbook): torch, lightning, numpy, pandas, scikit-learn, matplotlib, tqdm and
 what they require, read from this environment's installed metadata; every other package that Ray requires (with
@@ -185,6 +187,42 @@ def join(parts_dir: Path, out: Path) -> None:
     tmp.rename(out)
 
 
+def import_results(tgz: Path, root: Path, commit: str, gpu_run: dict) -> list[str]:
+    """A window's results-small.tgz (on-device.sh poll) unpacked into the checkout at root; every run folder in it
+    gets, in its config.json, what the lent machine could not record: the commit its code was copied from (the
+    tree travels without .git) and `gpu_run` (date, device, what shared the GPU; a run's wall time is not a single
+    run's where it did). Refuses, before writing anything, an archive with a path outside results/ or a run
+    that root already holds complete (a committed run is never overwritten). Returns the runs imported."""
+    import json
+    import tarfile
+
+    if not re.fullmatch(r"[0-9a-f]{40}", commit):
+        raise KitError(f"--commit takes the full 40-digit commit the window's tree was at (got {commit!r}); "
+                       "`git rev-parse HEAD` at the time of the call gives it.")
+    with tarfile.open(tgz) as tar:
+        members = tar.getmembers()
+        for m in members:
+            parts = Path(m.name).parts
+            if not m.isfile() or ".." in parts or Path(m.name).is_absolute() or parts[0] != "results":
+                raise KitError(f"{tgz} holds {m.name!r}: only files under results/ are imported.")
+        runs = sorted({Path(m.name).parts[2] for m in members
+                       if Path(m.name).parts[:2] == ("results", "runs") and Path(m.name).name == "config.json"})
+        held = [r for r in runs if (root / "results/runs" / r / "summary.json").exists()]
+        if held:
+            raise KitError(f"{root / 'results/runs'} already holds {', '.join(held)}: remove them first to replace "
+                           "them (nothing was written).")
+        tar.extractall(root, members=members, filter="data")
+    for r in runs:
+        path = root / "results/runs" / r / "config.json"
+        cfg = json.loads(path.read_text())
+        git = cfg["provenance"]["git"]
+        if git.get("commit") is None:  # recorded without .git: the commit the tree was copied from
+            cfg["provenance"]["git"] = {"commit": commit, "dirty": False}
+        cfg["provenance"]["gpu_run"] = gpu_run
+        path.write_text(json.dumps(cfg, indent=2) + "\n")
+    return runs
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python tools/gpu/kit.py", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -200,6 +238,11 @@ def main(argv: list[str] | None = None) -> int:
     j = sub.add_parser("join", help="the parts of one file gathered in a folder back into that file")
     j.add_argument("dir", type=Path)
     j.add_argument("out", type=Path)
+    i = sub.add_parser("import", help="a window's results-small.tgz into the checkout, provenance completed")
+    i.add_argument("tgz", type=Path)
+    i.add_argument("--commit", required=True, help="the commit (40 digits) the window's tree was at, clean")
+    i.add_argument("--gpu-run", required=True, help='JSON: {"date", "device", "shared_gpu_with", ...}')
+    i.add_argument("--root", type=Path, default=Path("."))
     args = ap.parse_args(argv)
     try:
         if args.cmd == "wheels":
@@ -213,6 +256,14 @@ def main(argv: list[str] | None = None) -> int:
             dirs = split(args.file, args.prefix, args.part_mib)
             print(f"{args.file.name} ({args.file.stat().st_size / 2**20:.1f} MiB) in {len(dirs)} part(s): "
                   + ", ".join(f"{d} ({sum(p.stat().st_size for p in d.iterdir()) / 2**20:.1f} MiB)" for d in dirs))
+        elif args.cmd == "import":
+            import json
+            try:
+                gpu_run = json.loads(args.gpu_run)
+            except json.JSONDecodeError as e:
+                raise KitError(f"--gpu-run is not JSON ({e}).") from None
+            runs = import_results(args.tgz, args.root, args.commit, gpu_run)
+            print(f"imported {len(runs)} run(s) into {args.root / 'results/runs'}: {', '.join(runs)}")
         else:
             join(args.dir, args.out)
             print(f"{args.out}: joined, sha256 checked")

@@ -2,11 +2,12 @@
 # Here, from the project's root, before a lent GPU machine's first call (README, GPU runbook): builds the ignored
 # folder .device/ with what that machine lacks, in folders that each travel beside the tree in one call (64 MiB a
 # call in all):
-#   .device/data1, .device/data2   the data root (Office-Caltech, MNIST, USPS, SVHN; SYN)
-#   .device/whl                    finch-clust's wheel (11 kB)
+#   .device/data1, data2, ...      the data root in as many folders as it takes to fit beside the tree: Office-Caltech,
+#                                  USPS and SVHN in data1 (the Office runs and the engine tests need no other), then
+#                                  MNIST and SYN; with `digit5` also MNIST-M, for FedPLVM's Digit-5
+#   .device/whl                    finch-clust's wheel (11 kB), carried with data1
 #   .device/ray1, .device/ray2     with `ray`: the wheels of ray[default] (the version installed here) and of every
 #                                  package it needs that the machine lacks, one archive in two parts (kit.py)
-#   .device/data3, .device/data4   with `digit5`: MNIST-M, for FedPLVM's Digit-5
 # Usage: bash tools/gpu/stage.sh [ray] [digit5]      (PYTHON: the interpreter with Ray; default .venv/bin/python)
 set -euo pipefail
 ROOT=$(git rev-parse --show-toplevel); cd "$ROOT"
@@ -15,17 +16,26 @@ RAY=0; DIGIT5=0
 for a in "$@"; do case $a in ray) RAY=1 ;; digit5) DIGIT5=1 ;; *) echo "error: unknown argument $a; usage: bash tools/gpu/stage.sh [ray] [digit5]" >&2; exit 2 ;; esac; done
 D=$("$PY" -c 'from benchmark.data import resolve_data_root; print(resolve_data_root(None))')
 PIP_TARGET=(--no-deps --only-binary=:all: --python-version 3.12 --implementation cp --platform manylinux2014_x86_64)
-rm -rf .device && mkdir -p .device/whl .device/data1/digits .device/data1/office_caltech10 .device/data2/digits
+rm -rf .device && mkdir -p .device/whl
 "$PY" -m pip download -q "${PIP_TARGET[@]}" -d .device/whl "finch-clust==$("$PY" -c 'from importlib.metadata import version; print(version("finch-clust"))')"
-cp "$D"/office_caltech10/*.npz .device/data1/office_caltech10/
-cp "$D"/digits/mnist_*.npz "$D"/digits/usps_*.npz "$D"/digits/svhn_*.npz .device/data1/digits/
-cp "$D/SHA256SUMS" .device/data1/
-cp "$D"/digits/syn_*.npz .device/data2/digits/
-if [ $DIGIT5 = 1 ]; then
-  mkdir -p .device/data3/digits .device/data4/digits
-  cp "$D"/digits/mnistm_train_part0.npz "$D"/digits/mnistm_train_part1.npz "$D"/digits/mnistm_test_part0.npz .device/data3/digits/
-  cp "$D"/digits/mnistm_train_part2.npz "$D"/digits/mnistm_train_part3.npz "$D"/digits/mnistm_test_part1.npz .device/data4/digits/
-fi
+# the data in as few folders as fit beside the tree, one a call (the tree alone was 37 MiB on 2026-11-26: results/),
+# in the order the runs need them: Office-Caltech, USPS and SVHN first (Office runs, the engine tests), then MNIST
+# and SYN (Digits), then MNIST-M (digit5)
+mib() { awk '{s += $1} END {printf "%.1f", s / 1048576}'; }
+TREE=$(git ls-files -z -co --exclude-standard | xargs -0 stat -c %s 2>/dev/null | mib)
+BUDGET=$(awk -v t="$TREE" -v w="$(stat -c %s .device/whl/* | mib)" 'BEGIN {printf "%d", (63 - t - w) * 1048576}')
+FILES=(office_caltech10/caltech.npz office_caltech10/amazon.npz office_caltech10/webcam.npz office_caltech10/dslr.npz
+       digits/usps_train.npz digits/usps_test.npz digits/svhn_train_first1083.npz digits/mnist_train.npz
+       digits/mnist_test.npz digits/syn_test.npz digits/syn_train_part0.npz digits/syn_train_part1.npz)
+[ $DIGIT5 = 1 ] && FILES+=(digits/mnistm_test_part0.npz digits/mnistm_test_part1.npz $(cd "$D" && ls digits/mnistm_train_part*.npz))
+k=1; used=$(stat -c %s "$D/SHA256SUMS"); mkdir -p .device/data1 && cp "$D/SHA256SUMS" .device/data1/
+for f in "${FILES[@]}"; do
+  [ -f "$D/$f" ] || { echo "error: $D/$f is missing (the data root's README says how to make it)" >&2; exit 1; }
+  size=$(stat -c %s "$D/$f")
+  [ "$size" -le "$BUDGET" ] || { echo "error: $f ($size bytes) does not fit beside the tree ($TREE MiB) in one call" >&2; exit 1; }
+  if [ $((used + size)) -gt "$BUDGET" ]; then k=$((k + 1)); used=0; fi
+  mkdir -p ".device/data$k/$(dirname "$f")" && cp "$D/$f" ".device/data$k/$f"; used=$((used + size))
+done
 if [ $RAY = 1 ]; then
   "$PY" tools/gpu/kit.py wheels .device/raywhl --extra default
   tar -cf .device/ray-wheels.tar -C .device/raywhl .
@@ -33,26 +43,23 @@ if [ $RAY = 1 ]; then
   rm -rf .device/raywhl .device/ray-wheels.tar
 fi
 # what travels in each call: the tree (tracked and untracked, not ignored, files) and the carried folders
-mib() { awk '{s += $1} END {printf "%.1f", s / 1048576}'; }
-TREE=$(git ls-files -z -co --exclude-standard | xargs -0 stat -c %s 2>/dev/null | mib)
 over=0
 for d in .device/data* .device/ray*; do
   [ -d "$d" ] || continue
   size=$(find "$d" -type f -exec stat -c %s {} + | mib)
   [ "$d" = .device/data1 ] && size=$(find "$d" .device/whl -type f -exec stat -c %s {} + | mib)
-  echo "  $d: $size MiB (+ the tree, $TREE MiB)"
+  echo "  $d: $size MiB (+ the tree, $TREE MiB): $(cd "$d" && find . -name '*.npz' | sed 's#^./##' | tr '\n' ' ')"
   awk -v a="$size" -v b="$TREE" 'BEGIN {exit !(a + b > 64)}' && { echo "error: $d and the tree exceed the 64 MiB a call carries" >&2; over=1; }
 done
 [ $over = 0 ] || exit 1
-cat <<TXT
-Device calls (the run tool: carry, command), back to back (a machine goes back 30 s after a call ends):
-  1. [".device/data1", ".device/whl"]   bash tools/gpu/on-device.sh stage
-  2. [".device/data2"]                  bash tools/gpu/on-device.sh stage
-TXT
-[ $DIGIT5 = 1 ] && echo '  +  [".device/data3"], then [".device/data4"]: bash tools/gpu/on-device.sh stage'
+echo "Device calls (the run tool: carry, command), back to back (a machine goes back 30 s after a call ends):"
+echo "  1. [\".device/data1\", \".device/whl\"]   bash tools/gpu/on-device.sh stage"
+for d in .device/data*; do
+  [ "$d" = .device/data1 ] || echo "  +  [\"$d\"]   bash tools/gpu/on-device.sh stage"
+done
 [ $RAY = 1 ] && cat <<TXT
-  3. [".device/ray1"]                   bash tools/gpu/on-device.sh stage     (says: 1 of 2 parts here)
-  4. [".device/ray2"]                   bash tools/gpu/on-device.sh stage     (joins, checks sha256, installs, checks Ray)
+  +  [".device/ray1"]                   bash tools/gpu/on-device.sh stage     (says: 1 of 2 parts here)
+  +  [".device/ray2"]                   bash tools/gpu/on-device.sh stage     (joins, checks sha256, installs, checks Ray)
 TXT
 cat <<TXT
 then: bash tools/gpu/on-device.sh bg NAME "CMD"     (detached, survives between calls while the machine is held)
