@@ -14,9 +14,10 @@
     another. Also the fused step's input: the clients' augmented batches built one
     client at a time vs with one gather for all.
 (5) On a GPU: per-phase round times with each engine (in-process executor) and,
-    with --full-runs, the wall time of one full FPL run on Office-Caltech with each
-    engine and on Digits with the engine auto (the paper's protocol, in-process
-    executor, the domains whose files the data root holds).
+    with --full-runs, the wall time of one full FPL run on Office-Caltech and on Digits
+    with each engine (the paper's protocol, in-process executor, the domains whose files
+    the data root holds); with --full-rounds K only K rounds of each, and a whole run
+    estimated from the last round's phases (a short GPU window).
 (6) Writing a run's checkpoint (`benchmark.checkpoint.save`: serialise, sha256, fsync, in
     the report's folder) with the global ResNet-10 only (FedAvg, FPL) and with a model
     per client beside it (MOON's previous models, 20 clients on Digits): what
@@ -55,6 +56,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from benchmark.protocols import PRESETS
+from benchmark.results import LAST_K
 from benchmark.transforms import augment
 from lightning_modules.base import batches, eval_batch, fit_local
 from lightning_modules.fedavg import FedAvgClient
@@ -426,6 +428,9 @@ def main(argv=None):
     ap.add_argument("--out-dir", default="results/perf")
     ap.add_argument("--full-runs", action="store_true",
                     help="on a GPU: also time full FPL runs on Office-Caltech and Digits (minutes)")
+    ap.add_argument("--full-rounds", type=int, default=None,
+                    help="with --full-runs: run K rounds of each full protocol and estimate the whole run from them "
+                         "(a short GPU window: about a minute for K = 3)")
     ap.add_argument("--profile", default="auto", choices=["auto", "small"],
                     help="auto: the sizes for the device; small: every section with small settings (a test)")
     args = ap.parse_args(argv)
@@ -505,14 +510,23 @@ def main(argv=None):
             _, phases, _ = round_phases("local", engine, **small_run, device=str(device))
             say(f"    {engine:10s} {shares(phases)}")
         if args.full_runs or args.profile == "small":
-            for dataset, engines in (("office_caltech", ("sequential", "fused")), ("digits", ("auto",))):
+            full = {**prof["full"], **({"rounds": args.full_rounds} if args.full_rounds else {})}
+            for dataset in ("office_caltech", "digits"):
                 domains, lacking = present_domains(dataset)
-                for engine in engines:
+                for engine in ("sequential", "fused"):
                     cfg, phases, wall = round_phases("local", engine, "fpl", dataset, domains=domains, device=str(device),
-                                                     **prof["full"])
-                    say(f"    full FPL {dataset}{' without ' + ', '.join(lacking) if lacking else ''}: {cfg.rounds} rounds x "
-                        f"{cfg.local_epochs} epochs, engine {engine}: wall {wall:.1f} s (target {TARGETS_S[dataset]} s); "
-                        f"last round {shares(phases)}")
+                                                     **full)
+                    what = (f"    full FPL {dataset}{' without ' + ', '.join(lacking) if lacking else ''}: {cfg.rounds} "
+                            f"rounds x {cfg.local_epochs} epochs, engine {engine}: wall {wall:.1f} s")
+                    if args.full_rounds:  # the preset's whole run from the last round's phases (evaluated)
+                        from ray_jobs.config import RunConfig
+
+                        rounds = RunConfig(method="fpl", dataset=dataset).rounds  # the protocol's
+                        e = evaluated_rounds(rounds, 5, LAST_K)  # Table 2's schedule: every 5th, the last 5
+                        est = rounds * (phases["round"] - phases["evaluation"]) + e * phases["evaluation"]
+                        what += (f"; a whole run of {rounds} rounds about {est:.0f} s (estimate: the last round's "
+                                 f"training x {rounds}, its evaluation x the {e} rounds --eval-every 5 tests)")
+                    say(f"{what} (target {TARGETS_S[dataset]} s); last round {shares(phases)}")
     clients, repeats = prof["checkpoint"]
     say()
     say(f"(6) writing a run's checkpoint (serialise, sha256, fsync; in {out}), best of {repeats}")

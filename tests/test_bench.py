@@ -16,7 +16,7 @@ def report(ray_cluster, data_root, tmp_path_factory):
     mp.setenv("BENCH_DATA_ROOT", str(data_root))
     mp.setenv("WANDB_MODE", "disabled")
     try:
-        path = bench.main(["--profile", "small", "--out-dir", str(tmp_path_factory.mktemp("perf"))])
+        path = bench.main(["--profile", "small", "--out-dir", str(tmp_path_factory.mktemp("perf")), "--full-rounds", "1"])
     finally:
         mp.undo()
     return path.name, path.read_text()
@@ -93,7 +93,7 @@ def test_phase_shares_add_up_and_in_process_training_is_the_sum_of_the_groups(re
     _, text = report
     lines = [ln for ln in text.splitlines() if re.match(r" +(sequential|fused) +local_training", ln)
              or ln.lstrip().startswith("full FPL")]
-    assert len(lines) == 5  # (5): two engines, then Office with two engines and Digits
+    assert len(lines) == 6  # (5): two engines, then Office and Digits with two engines each
     assert "full FPL digits without svhn" in text  # the shared data root has no SVHN test set
     for line in lines:
         p = phases(line)
@@ -105,6 +105,20 @@ def test_phase_shares_add_up_and_in_process_training_is_the_sum_of_the_groups(re
         # two client groups in one process: the round's training is both groups' (not the slower one's, which
         # would leave the other's time counted as transfer)
         assert p["transfer_and_scheduling"][0] < 0.1 * p["local_training"][0]
+
+
+def test_full_rounds_estimate_a_whole_run_from_the_last_rounds_phases(report):
+    """--full-rounds K: each full run's K rounds, and the protocol's 100 rounds estimated as 100 x the last round's
+    training plus its evaluation x the 24 rounds Table 2's schedule tests (every 5th, and the last 5)."""
+    _, text = report
+    lines = [ln for ln in text.splitlines() if ln.lstrip().startswith("full FPL")]
+    assert [re.search(r"engine (\w+)", ln).group(1) for ln in lines] == ["sequential", "fused"] * 2
+    for line in lines:
+        rounds, est = map(int, re.search(r"a whole run of (\d+) rounds about (\d+) s", line).groups())
+        assert rounds == 100 and "x the 24 rounds --eval-every 5 tests" in line and ": 1 rounds x 1 epochs" in line
+        p = phases(line)
+        evaluation, total = p["evaluation"][0], p["round"][0]
+        assert est == pytest.approx(100 * (total - evaluation) + 24 * evaluation, abs=0.5 + 124 * 5e-4)
 
 
 def test_checkpoint_writes_hold_the_models_they_name(report):

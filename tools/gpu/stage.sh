@@ -6,8 +6,9 @@
 #                                  USPS and SVHN in data1 (the Office runs and the engine tests need no other), then
 #                                  MNIST and SYN; with `digit5` also MNIST-M, for FedPLVM's Digit-5
 #   .device/whl                    finch-clust's wheel (11 kB), carried with data1
-#   .device/ray1, .device/ray2     with `ray`: the wheels of ray[default] (the version installed here) and of every
-#                                  package it needs that the machine lacks, one archive in two parts (kit.py)
+#   .device/ray1, ray2, ...        with `ray`: the wheels of ray[default] (the version installed here) and of every
+#                                  package it needs that the machine lacks, one archive in as many parts as fit
+#                                  beside the tree (kit.py)
 # Usage: bash tools/gpu/stage.sh [ray] [digit5]      (PYTHON: the interpreter with Ray; default .venv/bin/python)
 set -euo pipefail
 ROOT=$(git rev-parse --show-toplevel); cd "$ROOT"
@@ -39,7 +40,8 @@ done
 if [ $RAY = 1 ]; then
   "$PY" tools/gpu/kit.py wheels .device/raywhl --extra default
   tar -cf .device/ray-wheels.tar -C .device/raywhl .
-  "$PY" tools/gpu/kit.py split .device/ray-wheels.tar .device/ray --part-mib 60
+  # parts that fit beside the tree (about 25 MiB on 2026-11-26: 103 MiB of wheels in 5 calls)
+  "$PY" tools/gpu/kit.py split .device/ray-wheels.tar .device/ray --part-mib "$(awk -v b="$BUDGET" 'BEGIN {print b / 1048576}')"
   rm -rf .device/raywhl .device/ray-wheels.tar
 fi
 # what travels in each call: the tree (tracked and untracked, not ignored, files) and the carried folders
@@ -57,10 +59,9 @@ echo "  1. [\".device/data1\", \".device/whl\"]   bash tools/gpu/on-device.sh st
 for d in .device/data*; do
   [ "$d" = .device/data1 ] || echo "  +  [\"$d\"]   bash tools/gpu/on-device.sh stage"
 done
-[ $RAY = 1 ] && cat <<TXT
-  +  [".device/ray1"]                   bash tools/gpu/on-device.sh stage     (says: 1 of 2 parts here)
-  +  [".device/ray2"]                   bash tools/gpu/on-device.sh stage     (joins, checks sha256, installs, checks Ray)
-TXT
+for d in .device/ray*; do
+  [ -d "$d" ] && echo "  +  [\"$d\"]   bash tools/gpu/on-device.sh stage     (Ray's parts; the last joins, checks sha256, installs, checks Ray)"
+done
 cat <<TXT
 then: bash tools/gpu/on-device.sh bg NAME "CMD"     (detached, survives between calls while the machine is held)
       bash tools/gpu/on-device.sh poll 560           (waits for the detached jobs; logs and small result files to \$OUT)
