@@ -14,8 +14,9 @@
 #   window SECS ARGS one short window's plan in one call, everything collected within SECS seconds of its start:
 #                    `python3 -m ray_jobs.sweep ARGS` detached (the table's runs); beside it the engine tests on CUDA
 #                    (tests/test_fused.py, TEST_DEVICE=cuda: correctness, not timing); once the sweep ends, the bench
-#                    (`ray_jobs.bench --skip-ray`, alone on the GPU) with the time left, its file rewritten after each
-#                    line; then `poll 0`. Run `stage` first (in the same call: `stage && window ...`)
+#                    (`ray_jobs.bench --skip-ray`, alone on the GPU) with the time left (its file rewritten after each
+#                    line; BENCH_ARGS adds to its flags, e.g. "--full-runs --full-rounds 3"); then `poll 0`. Run
+#                    `stage` first (in the same call: `stage && window ...`)
 set -uo pipefail
 K=${KIT_HOME:-/root}; R=$K/fpdata; P=$K/proj; L=$K/logs; S=$K/site; W=$K/rayparts
 export PYTHONPATH=$S:$P WANDB_MODE=disabled PYTHONUNBUFFERED=1 BENCH_DATA_ROOT=$R RAY_USAGE_STATS_ENABLED=0
@@ -79,7 +80,8 @@ case "${1:-}" in
          while [ $SECONDS -lt $((end - 90)) ] && running; do sleep 5; done
          running && echo "the sweep is still running: no bench in this window" || {
            echo "sweep done at ${SECONDS} s; bench with $((end - SECONDS - 30)) s left"
-           (cd $P && timeout -s INT $((end - SECONDS - 30)) python3 -m ray_jobs.bench --skip-ray > $L/bench.log 2>&1) ; }
+           (cd $P && timeout -s INT $((end - SECONDS - 30)) python3 -m ray_jobs.bench --skip-ray ${BENCH_ARGS:-} \
+              > $L/bench.log 2>&1) ; }
          bash "$self" poll 0 ;;
   *)     echo "usage: on-device.sh stage | ray | bg NAME CMD... | poll SECS | sh CMD... | window SECS SWEEP-ARGS..."; exit 2 ;;
 esac
