@@ -27,6 +27,8 @@ import multiprocessing.connection
 import os
 import signal
 import sys
+import threading
+import time
 from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime
 from pathlib import Path
@@ -196,7 +198,9 @@ def worker_result(receiver, proc, cfg: RunConfig) -> tuple[bool, dict | str]:
 def worker(cfg: RunConfig, threads: int, sender) -> None:
     """One run in a worker process: output to <run folder>/run.log (with this process's id and its start and end
     times), `threads` CPU threads at most, resumed from the folder's last checkpoint; sends (True, summary) or
-    (False, message). SIGTERM (the sweep's Ctrl-C) stops the run as Ctrl-C stops a run; SIGINT is the sweep's."""
+    (False, message). SIGTERM (the sweep's Ctrl-C) stops the run as Ctrl-C stops a run; SIGINT is the sweep's. A
+    worker whose sweep died without stopping it (killed: `kill`, SIGKILL, a lost session) stops its run itself
+    within ORPHAN_CHECK_S, as SIGTERM does, rather than train on unseen."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
 
     def stop(signum, frame):
@@ -204,6 +208,14 @@ def worker(cfg: RunConfig, threads: int, sender) -> None:
         raise KeyboardInterrupt
 
     signal.signal(signal.SIGTERM, stop)
+    sweep_pid = os.getppid()
+
+    def stop_when_orphaned():
+        while os.getppid() == sweep_pid:  # a dead parent's children are re-parented
+            time.sleep(ORPHAN_CHECK_S)
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    threading.Thread(target=stop_when_orphaned, daemon=True, name="orphan check").start()
     out = Path(cfg.out)
     out.mkdir(parents=True, exist_ok=True)
     with open(out / "run.log", "a") as log:
@@ -221,7 +233,13 @@ def worker(cfg: RunConfig, threads: int, sender) -> None:
         except Exception as e:
             result = False, str(e) or repr(e)
         print(f"sweep worker pid {os.getpid()}: ended {now()} ({'complete' if result[0] else result[1]})")
-        sender.send(result)
+        try:
+            sender.send(result)
+        except OSError:  # the sweep is gone (an orphaned worker): its run folder says how the run ended
+            pass
+
+
+ORPHAN_CHECK_S = 2.0  # how often a sweep worker checks that its sweep is alive
 
 
 def now() -> str:

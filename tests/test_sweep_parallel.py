@@ -154,3 +154,44 @@ def test_ctrl_c_stops_every_worker_and_the_same_sweep_resumes_their_runs(data_ro
         assert f"note: resuming {d.name} after round {kept[d]} of {ROUNDS}" in (d / "run.log").read_text()
         assert [r["round"] for r in read_jsonl(d / "metrics.jsonl")] == list(range(ROUNDS))
         assert (d / "summary.json").exists()
+
+
+def test_workers_of_a_killed_sweep_stop_their_runs_and_keep_their_checkpoints(data_root, tmp_path):
+    """SIGKILL to a sweep running two runs in workers (it cannot stop them: `kill -9`, a lost session; SIGTERM's
+    default action is the same): each worker sees its sweep gone within seconds and stops its run as Ctrl-C does,
+    error.txt and checkpoints kept, rather than train on unseen. Found on 2026-11-26: the workers of a killed
+    sweep trained on. Both runs wait before round 1 (test-only `hold_before_round`) until the kill."""
+    go = tmp_path / "go"
+    script = textwrap.dedent(f"""
+        from ray_jobs.config import RunConfig
+        from ray_jobs.sweep import execute
+        execute([RunConfig(method=m, out={str(tmp_path)!r} + "/" + m, name=m, rounds=2, data_root={str(data_root)!r},
+                           test_faults={{"hold_before_round": [1, {str(go)!r}]}}, **{SMALL!r})
+                 for m in ("fedavg", "fedprox")], 2)
+        """)
+    env = {**os.environ, "WANDB_MODE": "disabled", "PYTHONPATH": str(ROOT)}
+    sweep = subprocess.Popen([sys.executable, "-c", script], env=env, cwd=tmp_path, stdout=subprocess.DEVNULL,
+                             stderr=subprocess.DEVNULL)
+    folders = [tmp_path / "fedavg", tmp_path / "fedprox"]
+    deadline = time.monotonic() + 300
+    while not all(list((d / "checkpoints").glob("round_*.pt")) for d in folders):
+        assert sweep.poll() is None and time.monotonic() < deadline
+        time.sleep(0.2)
+    pids = [int(WORKER_LINE.search((d / "run.log").read_text()).group(1)) for d in folders]
+    sweep.kill()
+    sweep.wait()
+    deadline = time.monotonic() + 60
+    for d, pid in zip(folders, pids):
+        while (d / "error.txt").exists() is False or WORKER_LINE.findall((d / "run.log").read_text())[-1][1] != "ended":
+            assert time.monotonic() < deadline, (d / "run.log").read_text()
+            time.sleep(0.2)
+        while True:  # its exit follows its last line
+            try:
+                os.kill(pid, 0)
+            except ProcessLookupError:
+                break
+            assert time.monotonic() < deadline
+            time.sleep(0.2)
+        assert (d / "error.txt").read_text().startswith("interrupted (Ctrl-C). The run folder keeps its rounds up to ")
+        assert not (d / "summary.json").exists()
+        assert [int(p.stem.split("_")[1]) for p in (d / "checkpoints").glob("round_*.pt")] == [0]
