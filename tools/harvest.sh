@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# Harvest a sweep's finished runs into this checkout: from SRC (another worktree or copy of the project, where a
+# sweep runs), every run folder with a summary.json that this checkout's results/runs lacks gets its summary.json,
+# config.json and metrics.jsonl copied here (what .gitignore lets git track); in-progress runs, models,
+# checkpoints and W&B folders stay there. Prints the runs copied. Then write the reports
+# (`python -m ray_jobs.sweep --table T [--domains ...] --report-only`, `python -m ray_jobs.results_table --write`).
+# Usage: bash tools/harvest.sh SRC
+set -euo pipefail
+SRC=${1:?usage: bash tools/harvest.sh SRC (a worktree whose results/runs holds finished runs)}
+[ -d "$SRC/results/runs" ] || { echo "error: $SRC/results/runs is no folder; name the sweep's worktree" >&2; exit 2; }
+ROOT=$(git rev-parse --show-toplevel)
+[ "$(cd "$SRC" && pwd -P)" != "$(cd "$ROOT" && pwd -P)" ] || { echo "error: SRC is this checkout" >&2; exit 2; }
+for run in "$SRC"/results/runs/*/; do
+  name=$(basename "$run")
+  [ -f "$run/summary.json" ] && [ ! -f "$ROOT/results/runs/$name/summary.json" ] || continue
+  mkdir -p "$ROOT/results/runs/$name"
+  cp "$run/config.json" "$run/metrics.jsonl" "$ROOT/results/runs/$name/"
+  cp "$run/summary.json" "$ROOT/results/runs/$name/"  # last: a folder with a summary is complete
+  echo "$name"
+done
