@@ -10,6 +10,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
 
 from benchmark.data import DataError, resolve_data_root
 
@@ -56,6 +57,19 @@ def isolated_env(tmp_path_factory):
             os.environ.pop(k, None)
         else:
             os.environ[k] = v
+
+
+SUITE_THREADS = torch.get_num_threads()  # the process's CPU thread count as the suite begins
+
+
+@pytest.fixture(autouse=True)
+def torch_threads():
+    """Each test's body starts with the CPU thread count the suite began with, whatever an earlier test or a
+    module's fixture left: an in-process run sets it to its client group's and driver's CPU shares (1 by
+    default), and float32 rounding depends on it (a CI failure of 2026-11-26 came from the count an earlier test
+    left)."""
+    torch.set_num_threads(SUITE_THREADS)
+    yield
 
 
 @pytest.fixture(scope="session")
