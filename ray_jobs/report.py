@@ -33,8 +33,8 @@ def gap_note(table: str, dataset: str, method: str, domain: str, diff: float, st
     spread when the gap is within two of its standard deviations, fewer seeds than planned, a test set so small
     that one image moves the accuracy by a point or more; or that we do not know."""
     notes = [n for key in ((table, dataset, method, domain), (table, dataset, "*", domain), (table, dataset, method, "*"),
-                           (table, dataset, "*", "*"), ("*", dataset, "*", domain), ("*", dataset, method, "*"),
-                           ("*", dataset, "*", "*"))
+                           (table, dataset, "*", "*"), ("*", dataset, method, domain), ("*", dataset, "*", domain),
+                           ("*", dataset, method, "*"), ("*", dataset, "*", "*"))
              for n in [GAP_NOTES.get(key)] if n]
     if seeds > 1 and abs(diff) <= 2 * std:
         notes.append(f"within two standard deviations of our seeds (± {std:.2f})")

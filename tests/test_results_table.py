@@ -61,3 +61,22 @@ def test_the_command_names_the_settings_most_runs_used_and_the_runs_that_differ(
     assert engines["auto"] == {"fedprox", "moon", "feddyn", "fedopt"}
     line = next(ln for ln in (ROOT / "README.md").read_text().splitlines() if "`make table2 " in ln)
     assert "ENGINE=fused` (ENGINE=auto for feddyn, fedopt, fedprox, moon; ENGINE=sequential for moon);" in line
+
+
+def test_a_gap_note_names_the_most_specific_notes_first(monkeypatch):
+    """GAP_NOTES by (table, dataset, method, domain), "*" for any: a cell's notes run from its own key to its
+    dataset's, each once; then our seed spread, missing seeds and the test set's size."""
+    from ray_jobs import report
+
+    notes = {("t", "d", "m", "x"): "own", ("t", "d", "*", "x"): "table domain", ("t", "d", "m", "*"): "table method",
+             ("t", "d", "*", "*"): "table", ("*", "d", "m", "x"): "method domain", ("*", "d", "*", "x"): "domain",
+             ("*", "d", "m", "*"): "method", ("*", "d", "*", "*"): "dataset", ("*", "d", "*", "y"): "other domain",
+             ("*", "e", "*", "*"): "other dataset"}
+    monkeypatch.setattr(report, "GAP_NOTES", notes)
+    got = report.gap_note("t", "d", "m", "x", diff=3.0, std=1.0, seeds=2, planned_seeds=3, test_size=32)
+    assert got == ("own; table domain; table method; table; method domain; domain; method; dataset; "
+                   "2 of 3 seeds run (a seed's spread here can exceed the gap); "
+                   "its test set is 32 images (one image is 3.1 points)")
+    assert report.gap_note("u", "d", "n", "z", diff=5.0, std=3.0, seeds=3, planned_seeds=3, test_size=None) == \
+        "dataset; within two standard deviations of our seeds (± 3.00)"
+    assert report.gap_note("u", "f", "n", "z", diff=5.0, std=1.0, seeds=3, planned_seeds=3, test_size=1000) == "not known"
