@@ -22,13 +22,15 @@ def _eta(elapsed: float, finished: int, total: int) -> str:
 
 
 class RunProgress:
-    """Rounds of one run: `update(record)` after each round (a metrics.jsonl record)."""
+    """Rounds of one run: `update(record)` after each round (a metrics.jsonl record). A resumed run starts at
+    `first` (the rounds its checkpoint holds): it shows the run's own round numbers, and its time left comes from
+    the rounds this process trained."""
 
-    def __init__(self, name: str, rounds: int, stream=None):
-        self.name, self.rounds, self.done, self.t0 = name, rounds, 0, time.monotonic()
+    def __init__(self, name: str, rounds: int, stream=None, first: int = 0):
+        self.name, self.rounds, self.first, self.done, self.t0 = name, rounds, first, first, time.monotonic()
         self.stream = stream or sys.stdout
-        self.bar = (tqdm(total=rounds, desc=name, unit="rounds", file=self.stream, bar_format=BAR_FORMAT,
-                         dynamic_ncols=True, mininterval=0) if self.stream.isatty() else None)
+        self.bar = (tqdm(total=rounds, initial=first, desc=name, unit="rounds", file=self.stream,
+                         bar_format=BAR_FORMAT, dynamic_ncols=True, mininterval=0) if self.stream.isatty() else None)
 
     def update(self, rec: dict) -> None:
         self.done += 1
@@ -39,7 +41,7 @@ class RunProgress:
             self.bar.update(1)
             return
         doms = "not evaluated" if acc is None else "  ".join(f"{d} {v:5.2f}" for d, v in acc.items())
-        eta = _eta(time.monotonic() - self.t0, self.done, self.rounds)
+        eta = _eta(time.monotonic() - self.t0, self.done - self.first, self.rounds - self.first)
         print(f"[{self.name}] round {self.done}/{self.rounds}  loss {rec['train_loss']:.4f}  {doms}  "
               f"({rec['time_s']['round']:.1f}s, ETA {eta})", file=self.stream, flush=True)
 

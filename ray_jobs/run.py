@@ -321,7 +321,7 @@ def run(cfg: RunConfig, quiet: bool = False, resume: bool = False,
         recorder = Recorder(out, record_cfg, public_clients, call("test_sizes"), [] if start is None else start["metrics"])
         if cfg.dropped_domains:
             print(f"note: domains left out of this run: {', '.join(cfg.dropped_domains)} (their clients are dropped)")
-        progress = None if quiet else RunProgress(cfg.run_name, cfg.rounds - first)
+        progress = None if quiet else RunProgress(cfg.run_name, cfg.rounds, first=first)
         hold = cfg.test_faults.get("hold_before_round")  # test-only: [round, path]: wait for the file before it
         for r in range(first, cfg.rounds):
             while hold and r == hold[0] and not Path(hold[1]).exists():

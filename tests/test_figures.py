@@ -137,6 +137,22 @@ def test_run_progress_plain_lines_when_not_a_terminal():
     assert lines[2].endswith("ETA 00:00)")
 
 
+def test_a_resumed_runs_progress_counts_its_own_rounds():
+    """A run resumed after 7 of its 10 rounds shows rounds 8 to 10 of 10, its time left from the rounds it trained."""
+    out, term = io.StringIO(), Terminal()
+    plain, bar = RunProgress("demo", 10, stream=out, first=7), RunProgress("demo", 10, stream=term, first=7)
+    for p in (plain, bar):
+        p.update(fake_round(7, 10.0))
+    lines = out.getvalue().splitlines()
+    assert lines[0].startswith("[demo] round 8/10  loss 0.5000") and "ETA 00:00)" in lines[0]  # 2 rounds of ~0 s
+    assert term.getvalue().split("\r")[-1].startswith("demo 8/10 rounds |")
+    for p in (plain, bar):
+        p.update(fake_round(8, 10.0))
+        p.update(fake_round(9, 10.0))
+        p.close()
+    assert out.getvalue().splitlines()[-1].startswith("[demo] round 10/10 ")
+
+
 def test_run_progress_bar_in_a_terminal():
     out = Terminal()
     p = RunProgress("demo", 3, stream=out)
