@@ -10,15 +10,15 @@ weights) are the same for every client and are not batched.
 
 Training is the same as `fit_local` for each client: each client keeps its own
 generator (same shuffles and augmentation draws, in the same order) and takes its
-own number of steps per epoch (its samples over the batch size). At each step the
-clients that have a batch train, one vmapped call per batch size (a client's last
-batch may be short); when every client trains with batches of one size, the call
-takes the stack as it is, otherwise the clients' slices are gathered and what the
-hooks wrote in place (BatchNorm statistics, prototype sums) is put back. The loss
-is the sum of the clients' losses, so each slice gets its own client's gradient, and
-`StackedSGD` applies each client's own SGD (its `configure_optimizers`) to the
-slices of the clients that trained: a client without a batch at a step is left
-exactly as it was (weights, momentum buffers, statistics, sums).
+own number of steps per epoch (its samples over the batch size). The stack holds the
+clients largest first, so at each step the clients that have a batch are its first m,
+and they train in one vmapped call per batch size (a client's last batch may be short),
+each on a view of the stack (a range of positions): nothing is gathered, and what the
+hooks write in place (BatchNorm statistics, prototype sums) lands in the stack. The loss
+is the sum of the clients' losses, so each slice gets its own client's gradient (the
+first m clients' only), and `StackedSGD` applies each client's own SGD (its
+`configure_optimizers`) to the slices of the clients that trained: a client without a
+batch at a step is left exactly as it was (weights, momentum buffers, statistics, sums).
 
 A method that trains parts of the model in turn (FedRep: the head, then the body) says so in
 `on_local_step(step, epoch_steps, epochs)` through `requires_grad`, as for `fit_local`. Clients of
@@ -88,36 +88,48 @@ def sgd_hyperparameters(optimizer: torch.optim.Optimizer) -> tuple[float, float,
 
 class StackedSGD:
     """`torch.optim.SGD` (dampening 0, no Nesterov) on tensors stacked along a leading client dimension, each
-    client with its own (lr, momentum, weight decay). `step(active)` updates the clients where the k-element
-    bool tensor `active` is true (None: every client) and leaves the others' slices of the weights and
-    momentum buffers as they were, bit for bit, whatever their gradients. `active` may also be a list with one
-    such entry per parameter (the clients that train that parameter at this step: FedRep's phases). A
-    parameter without a gradient (None) is left alone, as torch's SGD leaves it.
+    client with its own (lr, momentum, weight decay). `step(grads, active)` takes one gradient per parameter
+    (None: no client trains it at this step, and it is left alone, as torch's SGD leaves a parameter without a
+    gradient) whose leading dimension m may be shorter than the stack's: it holds the first m clients' gradients
+    (the one-stack engine puts the clients with most steps first, so the clients with a batch at a step are a
+    prefix), and the clients from m on are left as they were. `active` (None: every client of the prefix) is an
+    m-element bool tensor of the clients that train; the others' slices of the weights and momentum buffers stay
+    as they were, bit for bit, whatever their gradients. It may also be a list with one such entry per parameter
+    (the clients that train that parameter at this step: FedRep's phases).
 
     Per client, as torch's: d = grad + weight_decay * w; buf = momentum * buf + d (the first time: d);
     w = w - lr * buf. The buffers start at zero, so that a client's first update makes its buffer d exactly.
+    When every client has the same (lr, momentum, weight decay) and trains every parameter it has a gradient for,
+    the update is a few `torch._foreach_*` calls for all parameters (as torch's SGD with foreach), not four
+    kernels per parameter: on a GPU, where a step of small batches is bound by kernel launches, that is most of
+    the optimiser's cost.
     """
 
     def __init__(self, params: list[torch.Tensor], hyperparameters: list[tuple[float, float, float]]):
         self.params = params
         p = params[0]
+        self.same = hyperparameters[0] if len(set(hyperparameters)) == 1 else None
         self.lr, self.momentum, self.weight_decay = (torch.tensor(v, dtype=p.dtype, device=p.device)
                                                      for v in zip(*hyperparameters))
         self.buffers = [torch.zeros_like(q) for q in params]
 
-    def zero_grad(self) -> None:
-        for p in self.params:
-            p.grad = None
-
     @torch.no_grad()
-    def step(self, active: torch.Tensor | list[torch.Tensor | None] | None = None) -> None:
+    def step(self, grads: list[torch.Tensor | None],
+             active: torch.Tensor | list[torch.Tensor | None] | None = None) -> None:
         masks = active if isinstance(active, list) else [active] * len(self.params)
-        for p, buf, mask in zip(self.params, self.buffers, masks):
-            if p.grad is None:  # no client trains it at this step
+        plain = []  # (weights, buffer, gradient) of the parameters every client of the prefix trains
+        for p, buf, g, mask in zip(self.params, self.buffers, grads, masks):
+            if g is None:  # no client trains it at this step
+                continue
+            m = len(g)
+            if m < len(p):
+                p, buf = p[:m], buf[:m]
+            if mask is None and self.same is not None:
+                plain.append((p, buf, g))
                 continue
             shape = (-1,) + (1,) * (p.dim() - 1)  # a client's coefficient over its slice
-            momentum, lr = self.momentum.view(shape), self.lr.view(shape)
-            d = torch.addcmul(p.grad, p, self.weight_decay.view(shape))
+            momentum, lr = self.momentum[:m].view(shape), self.lr[:m].view(shape)
+            d = torch.addcmul(g, p, self.weight_decay[:m].view(shape))
             if mask is None:
                 buf.mul_(momentum).add_(d)
                 p.addcmul_(buf, lr, value=-1)
@@ -125,6 +137,13 @@ class StackedSGD:
                 trained = mask.view(shape)
                 buf.copy_(torch.where(trained, buf * momentum + d, buf))
                 p.copy_(torch.where(trained, torch.addcmul(p, buf, lr, value=-1), p))
+        if plain:
+            lr, momentum, weight_decay = self.same
+            ps, bufs, gs = (list(t) for t in zip(*plain))
+            d = torch._foreach_add(gs, ps, alpha=weight_decay)
+            torch._foreach_mul_(bufs, momentum)
+            torch._foreach_add_(bufs, d)
+            torch._foreach_add_(ps, bufs, alpha=-lr)
 
 
 def training_losses(hooks: _Hooks, state: dict, shared: dict, xb: torch.Tensor, yb: torch.Tensor, step: int) -> torch.Tensor:
@@ -180,16 +199,25 @@ def fit_fused(
     `local_prototypes` and `net.state_dict` read client i as after `fit_local`).
     `compile`: the vmapped forward and backward through torch.compile (`compiled_training_losses`).
     Raises FusedNonFiniteLoss naming the first client whose loss was NaN or infinite.
+
+    The stack holds the clients largest first (stable): a client with more samples has at least as many steps
+    and, at a step where both have a batch, a batch at least as large. So the clients with a batch at a step are
+    the stack's first m, and those with a batch of one size a range of them: each call takes a view of the
+    stack (no gather, and what the hooks write in place lands in the stack), the gradients are the first m
+    clients' only, and the optimiser updates those m slices.
     """
     if private(module.hparams):
         raise ValueError(FUSED_REFUSAL)
     k = len(data)
+    if drop_last and min(len(y) for _, y in data) < batch_size:
+        raise no_training_step(min(len(y) for _, y in data), batch_size)
+    order = sorted(range(k), key=lambda i: -len(data[i][1]))  # stack position j holds client order[j]
+    position = {client: j for j, client in enumerate(order)}
+    data, generators = [data[i] for i in order], [generators[i] for i in order]
     sizes = [len(y) for _, y in data]
-    if drop_last and min(sizes) < batch_size:
-        raise no_training_step(min(sizes), batch_size)
     shared_prefixes = tuple(module.shared_state)
     per_client, hyperparameters = [], []
-    for i in range(k):
+    for i in order:
         start_client(i)
         module.on_train_epoch_start()  # allocates the per-client tensors it resets (prototype sums)
         # stacked contiguous: vmap has no batching rule for the as_strided_ that pooling a channels_last
@@ -201,14 +229,10 @@ def fit_fused(
     template = client_tensors(module)
     stacked = {name: torch.stack([c[name] for c in per_client]) for name in per_client[0]}
     trainable = [name for name in stacked if isinstance(template[name], nn.Parameter) and template[name].requires_grad]
-    for name in trainable:
-        stacked[name].requires_grad_(True)
     # contiguous too: a channels_last weight (MOON's global model) makes channels_last activations, and on CUDA
     # BatchNorm asks them `is_contiguous(memory_format=channels_last)`, which vmap does not answer (NYI)
     shared = {f"client.{name}": t.detach().clone(memory_format=torch.contiguous_format)
               for name, t in template.items() if name.startswith(shared_prefixes)}
-    batched = {f"client.{name}": t for name, t in stacked.items()}
-    written = [f"client.{name}" for name in stacked if name not in trainable]  # what the hooks may write in place
     hooks = hooks_of(module)
 
     optimizer = StackedSGD([stacked[name] for name in trainable], hyperparameters)
@@ -217,30 +241,26 @@ def fit_fused(
     x_all, y_all = torch.cat([x for x, _ in data]), torch.cat([y for _, y in data])  # one gather per step
     device = x_all.device
     losses_fn = compiled_training_losses(device.type, COMPILE_BACKEND) if compile else training_losses
-    starts = list(accumulate(sizes, initial=0))  # client i's samples: rows starts[i] to starts[i + 1] of x_all
-    on_device: dict[tuple[int, ...], tuple[torch.Tensor, torch.Tensor]] = {}
+    starts = list(accumulate(sizes, initial=0))  # position j's samples: rows starts[j] to starts[j + 1] of x_all
+    leaves: dict[tuple[int, frozenset[str]], dict[str, torch.Tensor]] = {}
 
-    def rows(clients: tuple[int, ...]) -> tuple[torch.Tensor, torch.Tensor]:
-        """The clients' indices and their k-element mask, on the device (made once per set of clients)."""
-        if clients not in on_device:
-            index = torch.tensor(clients, device=device)
-            on_device[clients] = index, torch.zeros(k, dtype=torch.bool, device=device).index_fill_(0, index, True)
-        return on_device[clients]
+    def prefix(m: int, some: frozenset[str]) -> dict[str, torch.Tensor]:
+        """The first m clients' slices of the stack, by name: views; those of the trainable parameters in `some`
+        are leaves of their own that collect the m clients' gradients (made once per (m, some))."""
+        if (m, some) not in leaves:
+            leaves[m, some] = {name: (t[:m] if m < k else t).detach().requires_grad_(name in some)
+                               if name in trainable else (t[:m] if m < k else t) for name, t in stacked.items()}
+        return leaves[m, some]
 
-    def losses_of(clients: tuple[int, ...], idx: torch.Tensor, step: int) -> torch.Tensor:
-        """The losses of `clients`, whose batches at this step (`idx`, rows of x_all) have one size."""
-        xb = module.transform.train_stacked(x_all, idx, [generators[c] for c in clients]).to(dtype)
+    def losses_of(state: dict[str, torch.Tensor], a: int, b: int, step: int) -> torch.Tensor:
+        """The losses of the clients at positions a to b - 1, whose batches at this step have one size."""
+        gens = generators[a:b]
+        idx = torch.stack([orders[c][step] for c in range(a, b)])
+        xb = module.transform.train_stacked(x_all, idx, gens).to(dtype)
         yb = y_all[idx]
-        whole = len(clients) == k
-        index = rows(clients)[0]
-        state = batched if whole else {name: t.index_select(0, index) for name, t in batched.items()}
+        batched = {f"client.{name}": t if (a, b) == (0, len(t)) else t[a:b] for name, t in state.items()}
         with precision_context(module.precision_mode, device):
-            losses = losses_fn(hooks, state, shared, xb, yb, step)
-        if not whole:  # what the hooks wrote into the gathered slices goes back into the stack
-            with torch.no_grad():
-                for name in written:
-                    batched[name].index_copy_(0, index, state[name])
-        return losses
+            return losses_fn(hooks, batched, shared, xb, yb, step)
 
     phases: dict[tuple[int, int], frozenset[str]] = {}  # (a client's step, its steps per epoch) -> what it trains
     masks: dict[tuple, tuple[list[torch.Tensor | None], frozenset[str]]] = {}
@@ -253,65 +273,60 @@ def fit_fused(
             phases[step, steps_in_epoch] = frozenset(name for name in trainable if template[name].requires_grad)
         return phases[step, steps_in_epoch]
 
-    def update_masks(by_client: tuple[frozenset[str] | None, ...]) -> tuple[list[torch.Tensor | None], frozenset[str]]:
-        """Per trainable parameter the k-element mask of the clients that train it (None: every client), and the
-        parameters some client trains, from what each client trains at this step (None: it has no batch)."""
+    def update_masks(by_client: tuple[frozenset[str], ...]) -> tuple[list[torch.Tensor | None], frozenset[str]]:
+        """Per trainable parameter the mask of the m clients with a batch that train it (None: all m), and the
+        parameters some client trains, from what each of the m trains at this step."""
         if by_client not in masks:
             per_parameter = []
             for name in trainable:
-                clients = tuple(c for c, t in enumerate(by_client) if t is not None and name in t)
-                if len(clients) == k:
-                    per_parameter.append(None)
-                elif clients:
-                    per_parameter.append(rows(clients)[1])
-                else:  # it gets no gradient at this step, and StackedSGD leaves it
-                    per_parameter.append(torch.zeros(k, dtype=torch.bool, device=device))
-            masks[by_client] = per_parameter, frozenset().union(*(t for t in by_client if t is not None))
+                mask = [name in t for t in by_client]
+                per_parameter.append(None if all(mask) else torch.tensor(mask, device=device))
+            masks[by_client] = per_parameter, frozenset().union(*by_client)
         return masks[by_client]
 
     total = torch.zeros(k, dtype=dtype, device=device)  # each client's sum of losses
     steps = [0] * k
-    gradients = frozenset(trainable)  # the stacked parameters that require a gradient
     for epoch in range(epochs):
         module.gather_prototypes = epoch == epochs - 1
-        vmap(lambda s: functional_call(hooks, (s, shared), ("on_train_epoch_start",)))(batched)
+        vmap(lambda s: functional_call(hooks, (s, shared), ("on_train_epoch_start",)))(
+            {f"client.{name}": t for name, t in stacked.items()})
         orders = [[b + start for b in batches(n, batch_size, g, drop_last, device)]
                   for n, start, g in zip(sizes, starts, generators)]
-        trained: list[frozenset[str] | None] = [None] * k
-        for step in range(max(len(o) for o in orders)):
-            by_size: dict[int, list[int]] = {}  # the clients with a batch at this step, by its size
-            for c, order in enumerate(orders):
-                if step < len(order):
-                    by_size.setdefault(len(order[step]), []).append(c)
-                    trained[c] = trains(steps[c], epoch_steps[c])
-                    steps[c] += 1
-                else:
-                    trained[c] = None
+        for step in range(len(orders[0])):
+            m = sum(step < len(o) for o in orders)  # the clients with a batch: the first m
+            trained = []
+            for c in range(m):
+                trained.append(trains(steps[c], epoch_steps[c]))
+                steps[c] += 1
             per_parameter, some = update_masks(tuple(trained))
-            if some != gradients:  # a parameter no client trains at this step gets no gradient
-                for name in trainable:
-                    stacked[name].requires_grad_(name in some)
-                gradients = some
-            calls = [tuple(clients) for clients in by_size.values()]
-            losses = [losses_of(clients, torch.stack([orders[c][step] for c in clients]), step) for clients in calls]
-            optimizer.zero_grad()
+            state = prefix(m, some)
+            calls = []  # (a, b): positions a to b - 1 have batches of one size at this step
+            for c in range(m):
+                if calls and len(orders[c][step]) == len(orders[calls[-1][0]][step]):
+                    calls[-1][1] = c + 1
+                else:
+                    calls.append([c, c + 1])
+            losses = [losses_of(state, a, b, step) for a, b in calls]
             loss = sum(v.sum() for v in losses)
             if loss.requires_grad:
                 loss.backward()
-            optimizer.step(per_parameter)
-            for clients, v in zip(calls, losses):
-                total.index_add_(0, rows(clients)[0], v.detach())
+            grads = [state[name].grad for name in trainable]
+            optimizer.step(grads, per_parameter)
+            for name in some:
+                state[name].grad = None
+            for (a, b), v in zip(calls, losses):
+                total[a:b] += v.detach()
     for name in trainable:  # the module as the stack started (the last call of on_local_step set the phases)
-        stacked[name].requires_grad_(True)
         template[name].requires_grad_(True)
     bad = torch.nonzero(~torch.isfinite(total)).flatten().tolist()  # (a NaN or infinite loss makes its sum so)
     if bad:
-        raise FusedNonFiniteLoss(bad[0])
+        raise FusedNonFiniteLoss(min(order[j] for j in bad))
 
     def load(i: int) -> None:
         with torch.no_grad():
             for name, t in client_tensors(module).items():
                 if name in stacked:
-                    t.copy_(stacked[name][i])
+                    t.copy_(stacked[name][position[i]])
 
-    return [float(v) / s for v, s in zip(total.cpu(), steps)], load
+    mean = [float(v) / s for v, s in zip(total.cpu(), steps)]
+    return [mean[position[i]] for i in range(k)], load

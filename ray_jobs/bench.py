@@ -114,6 +114,23 @@ def timed(fns, device, repeats):
     return best
 
 
+def kernels(fn) -> int:
+    """The operators `fn` dispatches that are not views: each is a kernel launch on a GPU, whose small steps are
+    bound by launches (a count, the same on every device, so the CPU can compare two engines' launches)."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class Count(TorchDispatchMode):
+        n = 0
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            Count.n += not func.is_view
+            return func(*args, **(kwargs or {}))
+
+    with Count():
+        fn()
+    return Count.n
+
+
 def client_module(net_factory, device, cls=FedAvgClient):
     return cls(net_factory()).to(device)
 
@@ -214,7 +231,10 @@ def engine_throughput(device, method: str, sizes: list[int], epochs: int, repeat
     if len(set(sizes)) > 1:
         engines["per-size stacks"] = per_size
     times = timed(list(engines.values()), device, repeats)
-    return {name: sum(sizes) * epochs / t for name, t in zip(engines, times)}
+    out = {name: sum(sizes) * epochs / t for name, t in zip(engines, times)}
+    if len(set(sizes)) > 1:  # and the kernels each engine launches
+        out.update({f"{name} kernels": kernels(fn) for name, fn in engines.items()})
+    return out
 
 
 def input_batches(device, clients: int, n: int, repeats: int) -> tuple[float, float]:
@@ -498,7 +518,9 @@ def main(argv=None):
     say(f"    clients of unequal sizes (FedAvg, {per_size} clients of each of {', '.join(map(str, sizes))} samples, batch "
         f"{batch}, 32-true): sequential {ips['sequential']:.1f}, one stack {ips['fused']:.1f}, per-size stacks "
         f"{ips['per-size stacks']:.1f} images/s; one stack / per-size stacks {ips['fused'] / ips['per-size stacks']:6.3f}, "
-        f"one stack / sequential {ips['fused'] / ips['sequential']:6.3f}")
+        f"one stack / sequential {ips['fused'] / ips['sequential']:6.3f}; kernels launched (operators dispatched, "
+        f"views not counted): sequential {ips['sequential kernels']}, one stack {ips['fused kernels']}, per-size "
+        f"stacks {ips['per-size stacks kernels']}")
     t_each, t_one = input_batches(device, clients, n, repeats)
     say(f"    fused step input ({clients} clients x 64 augmented images): one gather per client {1e3 * t_each:7.2f} ms, "
         f"one for all {1e3 * t_one:7.2f} ms per step, per client / one {t_each / t_one:6.2f}")

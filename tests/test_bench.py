@@ -6,6 +6,7 @@ from __future__ import annotations
 import re
 
 import pytest
+import torch
 
 from ray_jobs import bench
 
@@ -53,12 +54,17 @@ def test_every_section_is_reported_and_saved_under_the_device_name(report):
     for m, ratio in bf16.items():
         assert float(ratio) == printed_ratio(fused[(m, "32-true")], fused[(m, "bf16-mixed")])
     # clients of unequal sizes: one stack against one stack per size and against one client after another
-    (seq, one, per_size, r_stacks, r_seq), = re.findall(
+    (seq, one, per_size, r_stacks, r_seq, k_seq, k_one, k_per_size), = re.findall(
         r"clients of unequal sizes \(FedAvg, 2 clients of each of 20, 3, 5 samples, batch 4, 32-true\): sequential "
         r"([\d.]+), one stack ([\d.]+), per-size stacks ([\d.]+) images/s; one stack / per-size stacks +([\d.]+), "
-        r"one stack / sequential +([\d.]+)", text)
+        r"one stack / sequential +([\d.]+); kernels launched \(operators dispatched, views not counted\): "
+        r"sequential (\d+), one stack (\d+), per-size stacks (\d+)", text)
     assert float(r_stacks) == printed_ratio(float(per_size), float(one))
     assert float(r_seq) == printed_ratio(float(seq), float(one))
+    # 14 client steps one after another against 5 steps of the stack's first 6, 4 (three calls) and 2 clients:
+    # the stack launches fewer kernels (its gathers and masked updates before 2026-11-26 launched twice as many:
+    # 9,222 against 4,570 for the cuda profile's sizes)
+    assert int(k_one) < int(k_per_size) < int(k_seq)
     # the fused step's input both ways, the ratio the printed times' (to 0.01 ms and 0.01)
     (clients, each, one, ratio), = re.findall(r"fused step input \((\d+) clients x 64 augmented images\): one gather per "
                                               r"client +([\d.]+) ms, one for all +([\d.]+) ms per step, per client / one +"
@@ -157,3 +163,8 @@ def test_many_clients_hold_one_client_on_the_device_and_name_a_model_per_client(
         assert float(mb) == pytest.approx(int(n) * model_mb, abs=0.051)
         # FedAvg keeps no state: the host memory is the images (3 x 32 x 32 bytes) and labels (8 bytes) it holds
         assert float(host) == pytest.approx(int(images) * (3 * 32 * 32 + 8) / 2**20, abs=0.051)
+
+
+def test_kernels_counts_the_operators_that_are_not_views():
+    """ones, add, mul_ launch a kernel each; view and the slice launch none."""
+    assert bench.kernels(lambda: (torch.ones(3) + 1).view(3, 1)[:2].mul_(2)) == 3

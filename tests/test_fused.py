@@ -395,24 +395,26 @@ def test_a_non_finite_loss_in_the_stack_names_its_client(shards):
         group.train(state, None, 0)
 
 
-def test_stacked_sgd_is_each_clients_torch_sgd_and_leaves_the_others_untouched():
+@pytest.mark.parametrize("hyper", [[(0.1, 0.9, 1e-3), (0.05, 0.0, 0.0), (0.2, 0.5, 1e-2)],  # FedDyn: by client
+                                   [(0.1, 0.9, 1e-3)] * 3])  # the same for every client: the foreach update
+def test_stacked_sgd_is_each_clients_torch_sgd_and_leaves_the_others_untouched(hyper):
     """StackedSGD against torch.optim.SGD run for each client alone (its own lr, momentum, weight decay; momentum
-    0 and weight decay 0 included), over steps where some clients do not train: a trained client's slice is torch's
-    update, a client that does not train keeps its weights and momentum buffer bit for bit (its next update
-    continues from its buffer: torch's state after its own steps only)."""
+    0 and weight decay 0 included), over steps where some clients do not train (a mask, or gradients of the first
+    m clients only, as the one-stack engine passes them): a trained client's slice is torch's update, a client that
+    does not train keeps its weights and momentum buffer bit for bit (its next update continues from its buffer:
+    torch's state after its own steps only)."""
     torch.manual_seed(0)
-    hyper = [(0.1, 0.9, 1e-3), (0.05, 0.0, 0.0), (0.2, 0.5, 1e-2)]
     w = torch.randn(3, 4, 5, dtype=torch.float64).to(DEVICE)
     stacked = StackedSGD([w], hyper)
     own = [w[i].clone().requires_grad_(True) for i in range(3)]
     torch_sgd = [torch.optim.SGD([p], lr=lr, momentum=m, weight_decay=wd) for p, (lr, m, wd) in zip(own, hyper)]
-    for active in (None, [True, False, True], [False, True, False], None, [True, True, False]):
-        grad = torch.randn(3, 4, 5, dtype=torch.float64).to(DEVICE)
+    for active, m in ((None, 3), ([True, False, True], 3), ([False, True, False], 3), (None, 2), (None, 3),
+                      ([True, False], 2), (None, 1)):
+        grad = torch.randn(m, 4, 5, dtype=torch.float64).to(DEVICE)
         before = (w.clone(), stacked.buffers[0].clone())
-        w.grad = grad.clone()
-        stacked.step(None if active is None else torch.tensor(active, device=DEVICE))
+        stacked.step([grad.clone()], None if active is None else torch.tensor(active, device=DEVICE))
         for i, (p, opt) in enumerate(zip(own, torch_sgd)):
-            if active is None or active[i]:
+            if i < m and (active is None or active[i]):
                 p.grad = grad[i].clone()
                 opt.step()
                 torch.testing.assert_close(w[i], p.detach(), rtol=1e-15, atol=1e-15)
@@ -436,9 +438,10 @@ def test_stacked_sgd_per_parameter_masks_leave_frozen_slices_whatever_their_grad
         before = [(p.clone(), b.clone()) for p, b in zip(params, stacked.buffers)]
         for opt in torch_sgd:
             opt.zero_grad(set_to_none=True)
+        grads = []
         for j, (p, mask) in enumerate(zip(params, masks)):
             if mask == "no gradient":
-                p.grad = None
+                grads.append(None)
                 continue
             grad = torch.randn_like(p)
             for i in range(2):
@@ -446,8 +449,8 @@ def test_stacked_sgd_per_parameter_masks_leave_frozen_slices_whatever_their_grad
                     own[i][j].grad = grad[i].clone()
                 else:
                     grad[i].view(-1)[0] = float("nan") if i else float("inf")  # a frozen slice's gradient
-            p.grad = grad
-        stacked.step([None if m is None or m == "no gradient" else torch.tensor(m, device=DEVICE) for m in masks])
+            grads.append(grad)
+        stacked.step(grads, [None if m is None or m == "no gradient" else torch.tensor(m, device=DEVICE) for m in masks])
         for opt in torch_sgd:
             opt.step()
         for j, (p, mask) in enumerate(zip(params, masks)):
@@ -476,7 +479,7 @@ def test_auto_engine_rule():
 
 def test_compiled_one_stack_with_batch_subsets_trains_the_same(shards, monkeypatch):
     """`--compile` in the one-stack engine: clients of 4 and 6 samples in batches of 4 make calls of two shapes (step
-    0: both clients x 4, the whole stack; step 1: the second client alone x 2, a gathered slice written back), each
+    0: both clients x 4, the whole stack; step 1: the client of 6 alone x 2, the first position of the stack, a view), each
     compiled once (dynamo compiles every shape apart under vmap; past its default limit of 8, which a real round's
     shapes reach, it would fall back to eager: made an error here), the same training as eager (float64, 1e-9),
     BatchNorm statistics and prototype sums included. Backend aot_eager: dynamo's capture and AOTAutograd's
