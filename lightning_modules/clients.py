@@ -75,6 +75,15 @@ def resolve_device(name: str, gpu_share: float | None = None) -> torch.device:
     return torch.device(name)
 
 
+def use_cudnn_benchmark(device: torch.device, on: bool) -> None:
+    """`--cudnn-benchmark` in this process (a client group's or the driver's): on CUDA, cuDNN times each
+    convolution shape's algorithms once and keeps the fastest; the fused engine's vmapped convolutions are grouped
+    ones, for which cuDNN's default choice may be slow (`make bench` (4) measures both on a GPU). No effect on the
+    CPU, which has no cuDNN."""
+    if device.type == "cuda":
+        torch.backends.cudnn.benchmark = on
+
+
 def resolve_engine(name: str, device: torch.device, hparams=None) -> str:
     """auto: the one-client-at-a-time loop on the CPU (grouped convolutions are slow in the CPU
     kernels, `make bench`), the fused engine on CUDA; the sequential one under DP-SGD (`hparams`' dp_sgd), which
@@ -128,6 +137,7 @@ class ClientGroup:
     def __init__(self, cfg, clients: list[dict], data_root: str):
         self.cfg = cfg
         self.device = resolve_device(cfg.device, cfg.gpus_per_actor if cfg.executor == "ray" else None)
+        use_cudnn_benchmark(self.device, cfg.cudnn_benchmark)
         if self.device.type == "cpu":  # the actor's CPU share, in or out of Ray: same kernels, same numbers
             torch.set_num_threads(max(1, int(cfg.cpus_per_actor)))
         self.clients = clients

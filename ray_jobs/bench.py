@@ -504,23 +504,39 @@ def main(argv=None):
     clients, n, epochs, repeats = prof["engines"]
     say(f"(4) client engines: {clients} clients of {n} samples, {epochs} local epoch, batch 64, ResNet-10 "
         f"(best of {repeats}, interleaved)")
+    plain = {}  # FedAvg in 32-true, for the --cudnn-benchmark line
     for method in prof["methods"]:
         fused = {}
         for precision in prof["precisions"]:
             ips = engine_throughput(device, method, [n] * clients, epochs, repeats, precision)
             fused[precision] = ips["fused"]
+            if (method, precision) == ("fedavg", "32-true"):
+                plain["equal"] = ips
             say(f"    {method:8s} {precision:10s} sequential {ips['sequential']:9.1f} images/s   fused {ips['fused']:9.1f} "
                 f"images/s   fused / sequential {ips['fused'] / ips['sequential']:6.3f}")
         if len(fused) == 2:
             say(f"    {method:8s} fused bf16-mixed / 32-true {fused['bf16-mixed'] / fused['32-true']:6.3f}")
     per_size, sizes, batch, epochs, repeats = prof["stacks"]
-    ips = engine_throughput(device, "fedavg", [m for m in sizes for _ in range(per_size)], epochs, repeats, batch=batch)
+    unequal = [m for m in sizes for _ in range(per_size)]
+    ips = plain["unequal"] = engine_throughput(device, "fedavg", unequal, epochs, repeats, batch=batch)
     say(f"    clients of unequal sizes (FedAvg, {per_size} clients of each of {', '.join(map(str, sizes))} samples, batch "
         f"{batch}, 32-true): sequential {ips['sequential']:.1f}, one stack {ips['fused']:.1f}, per-size stacks "
         f"{ips['per-size stacks']:.1f} images/s; one stack / per-size stacks {ips['fused'] / ips['per-size stacks']:6.3f}, "
         f"one stack / sequential {ips['fused'] / ips['sequential']:6.3f}; kernels launched (operators dispatched, "
         f"views not counted): sequential {ips['sequential kernels']}, one stack {ips['fused kernels']}, per-size "
         f"stacks {ips['per-size stacks kernels']}")
+    # --cudnn-benchmark: cuDNN times each convolution shape's algorithms and keeps the fastest (the fused engine's
+    # vmapped convolutions are grouped ones); the CPU has no cuDNN, where the line only shows the path runs
+    before = torch.backends.cudnn.benchmark
+    torch.backends.cudnn.benchmark = True
+    try:
+        on = {"equal": engine_throughput(device, "fedavg", [n] * clients, epochs, repeats),
+              "unequal": engine_throughput(device, "fedavg", unequal, epochs, repeats, batch=batch)}
+    finally:
+        torch.backends.cudnn.benchmark = before
+    say(f"    --cudnn-benchmark on / off (FedAvg, 32-true{', no cuDNN on the CPU' if device.type == 'cpu' else ''}): "
+        + ", ".join(f"{what} {engine} {on[what][engine] / plain[what][engine]:6.3f}"
+                    for what in ("equal", "unequal") for engine in ("sequential", "fused")))
     t_each, t_one = input_batches(device, clients, n, repeats)
     say(f"    fused step input ({clients} clients x 64 augmented images): one gather per client {1e3 * t_each:7.2f} ms, "
         f"one for all {1e3 * t_one:7.2f} ms per step, per client / one {t_each / t_one:6.2f}")

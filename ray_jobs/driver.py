@@ -27,7 +27,7 @@ from benchmark.data import domain_test_set, load_domain
 from benchmark.models import build_model
 from benchmark.provenance import describe_process
 from lightning_modules.base import eval_batch, own_initialisation, precision_context
-from lightning_modules.clients import aggregation_weight, resolve_device
+from lightning_modules.clients import aggregation_weight, resolve_device, use_cudnn_benchmark
 from lightning_modules.privacy import model_options
 from lightning_modules.prototypes import held_prototypes, per_class_count
 from lightning_modules.registry import METHODS
@@ -66,6 +66,7 @@ class Driver:
         self.cfg = cfg
         torch.set_num_threads(max(1, int(cfg.driver_cpus)))
         self.device = resolve_device(cfg.device, cfg.driver_gpus if cfg.executor == "ray" else None)
+        use_cudnn_benchmark(self.device, cfg.cudnn_benchmark)
         spec = cfg.dataset_spec
         torch.manual_seed(cfg.seed)  # one initialisation for every client
         self.model_options = model_options(cfg.hparams)  # (GroupNorm under DP-SGD)

@@ -114,6 +114,9 @@ def build_parser() -> argparse.ArgumentParser:
                         "auto (host under --participation below 1)")
     p.add_argument("--compile", action="store_true",
                    help="the fused engine's step through torch.compile (compiles once per shape of stack and batch)")
+    p.add_argument("--cudnn-benchmark", action="store_true",
+                   help="CUDA: cuDNN times each convolution shape's algorithms once and keeps the fastest "
+                        "(torch.backends.cudnn.benchmark); not part of a run's protocol")
     p.add_argument("--precision", default=d["precision"].default,
                    help="32-true (float32, as the references) or bf16-mixed (bfloat16 autocast, Lightning's plugin)")
     p.add_argument("--data-root", default=None, help="default: $BENCH_DATA_ROOT, ./data, ../shared/data")
@@ -153,6 +156,7 @@ def config_from_args(args) -> RunConfig:
         num_actors=args.num_actors, spread=args.spread, cpus_per_actor=args.cpus_per_actor,
         gpus_per_actor=args.gpus_per_actor, driver_cpus=args.driver_cpus, driver_gpus=args.driver_gpus, device=args.device, actor_restarts=args.actor_restarts,
         checkpoint_every=args.checkpoint_every, engine=args.engine, precision=args.precision, compile=args.compile,
+        cudnn_benchmark=args.cudnn_benchmark,
         client_memory=args.client_memory, data_root=args.data_root, out=args.out, name=args.name,
         wandb_project=args.wandb_project, wandb_group=args.wandb_group,
     )

@@ -65,6 +65,10 @@ def test_every_section_is_reported_and_saved_under_the_device_name(report):
     # the stack launches fewer kernels (its gathers and masked updates before 2026-11-26 launched twice as many:
     # 9,222 against 4,570 for the cuda profile's sizes)
     assert int(k_one) < int(k_per_size) < int(k_seq)
+    # --cudnn-benchmark on / off: each engine's images/s with it over without (no cuDNN on the CPU: only the path)
+    (cudnn,) = re.findall(r"--cudnn-benchmark on / off \(FedAvg, 32-true, no cuDNN on the CPU\): equal sequential +([\d.]+), "
+                          r"equal fused +([\d.]+), unequal sequential +([\d.]+), unequal fused +([\d.]+)", text)
+    assert all(float(r) > 0 for r in cudnn)
     # the fused step's input both ways, the ratio the printed times' (to 0.01 ms and 0.01)
     (clients, each, one, ratio), = re.findall(r"fused step input \((\d+) clients x 64 augmented images\): one gather per "
                                               r"client +([\d.]+) ms, one for all +([\d.]+) ms per step, per client / one +"

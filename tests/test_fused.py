@@ -469,6 +469,27 @@ def test_fused_engine_trains_a_group_as_one_stack(shards):
     assert [[c["id"] for c in g] for g in group.subgroups()] == [[c] for c in SIZES]
 
 
+def test_cudnn_benchmark_is_set_on_cuda_only():
+    """`--cudnn-benchmark`: a process on CUDA sets torch.backends.cudnn.benchmark (setting it needs no GPU), one on the
+    CPU leaves it; `ray_jobs.run` parses it into the run's config."""
+    from lightning_modules.clients import use_cudnn_benchmark
+    from ray_jobs.run import build_parser, config_from_args
+
+    before = torch.backends.cudnn.benchmark
+    try:
+        torch.backends.cudnn.benchmark = False
+        use_cudnn_benchmark(torch.device("cpu"), True)
+        assert torch.backends.cudnn.benchmark is False
+        use_cudnn_benchmark(torch.device("cuda"), True)
+        assert torch.backends.cudnn.benchmark is True
+        use_cudnn_benchmark(torch.device("cuda"), False)
+        assert torch.backends.cudnn.benchmark is False
+    finally:
+        torch.backends.cudnn.benchmark = before
+    assert config_from_args(build_parser().parse_args(["--cudnn-benchmark"])).cudnn_benchmark is True
+    assert config_from_args(build_parser().parse_args([])).cudnn_benchmark is False
+
+
 def test_auto_engine_rule():
     assert resolve_engine("auto", torch.device("cpu")) == "sequential"
     assert resolve_engine("auto", torch.device("cuda")) == "fused"
