@@ -499,15 +499,16 @@ def test_auto_engine_rule():
 
 
 def test_compiled_one_stack_with_batch_subsets_trains_the_same(shards, monkeypatch):
-    """`--compile` in the one-stack engine: clients of 4 and 6 samples in batches of 4 make calls of two shapes (step
-    0: both clients x 4, the whole stack; step 1: the client of 6 alone x 2, the first position of the stack, a view), each
-    compiled once (dynamo compiles every shape apart under vmap; past its default limit of 8, which a real round's
+    """`--compile` in the one-stack engine: clients of 4, 6 and 5 samples in batches of 4 make calls of three shapes
+    (step 0: the three x 4, the whole stack; step 1: the client of 6 x 2 and the client of 5 x 1, views of the
+    stack's first and second position, the second at another storage offset, which dynamo must not recompile
+    for), each compiled once (dynamo compiles every shape apart under vmap; past its default limit of 8, which a real round's
     shapes reach, it would fall back to eager: made an error here), the same training as eager (float64, 1e-9),
     BatchNorm statistics and prototype sums included. Backend aot_eager: dynamo's capture and AOTAutograd's
     functionalisation (ours to get right), not inductor's kernels (torch's; 53 s for the two shapes on this CPU, cold:
     TEST_COMPILE_BACKEND=inductor runs them: done on 2026-11-24, equal to 1e-9)."""
     monkeypatch.setattr(fused, "COMPILE_BACKEND", os.environ.get("TEST_COMPILE_BACKEND", "aot_eager"))
-    data = [(x[:n], y[:n]) for (x, y), n in zip((shards[0], shards[2]), (4, 6))]
+    data = [(x[:n], y[:n]) for (x, y), n in zip((shards[0], shards[2], shards[1]), (4, 6, 5))]
     graphs = torch._dynamo.utils.counters["stats"]["unique_graphs"]
     ends = []
     for compile in (False, True):
@@ -517,19 +518,19 @@ def test_compiled_one_stack_with_batch_subsets_trains_the_same(shards, monkeypat
         module = group.module
         with torch._dynamo.config.patch(fail_on_recompile_limit_hit=True):
             losses, load = fit_fused(module, lambda i: module.start_round(0, None, state), data, 1, 4,
-                                     [torch.Generator().manual_seed(i) for i in range(2)], compile=compile)
+                                     [torch.Generator().manual_seed(i) for i in range(3)], compile=compile)
         trained = []
-        for i in range(2):
+        for i in range(3):
             load(i)
             trained.append({k: v.detach().clone() for k, v in {**dict(module.named_parameters()),
                                                                **dict(module.named_buffers())}.items()})
         ends.append((losses, trained))
     (eager_losses, eager), (compiled_losses, compiled) = ends
-    assert torch._dynamo.utils.counters["stats"]["unique_graphs"] - graphs == 2  # each shape compiled, none eager
+    assert torch._dynamo.utils.counters["stats"]["unique_graphs"] - graphs == 3  # each shape compiled, none eager
     assert max_rel_diff(compiled_losses, eager_losses) < 1e-9
     assert max_rel_diff(compiled, eager) < 1e-9
-    assert [int(c["net.bn.num_batches_tracked"]) for c in compiled] == [1, 2]
-    assert [float(c["_proto_count"].sum()) for c in compiled] == [4, 6]
+    assert [int(c["net.bn.num_batches_tracked"]) for c in compiled] == [1, 2, 2]
+    assert [float(c["_proto_count"].sum()) for c in compiled] == [4, 6, 5]
     assert max_rel_diff(compiled[0], compiled[1]) > 1e-3  # the clients trained apart
     cfg = RunConfig(compile=True)  # recorded with the run, not part of its protocol (the same experiment)
     assert cfg.to_dict()["compile"] is True and protocol(cfg) == protocol(RunConfig())
