@@ -209,12 +209,12 @@ def fit_fused(
     if private(module.hparams):
         raise ValueError(FUSED_REFUSAL)
     k = len(data)
-    if drop_last and min(len(y) for _, y in data) < batch_size:
-        raise no_training_step(min(len(y) for _, y in data), batch_size)
     order = sorted(range(k), key=lambda i: -len(data[i][1]))  # stack position j holds client order[j]
     position = {client: j for j, client in enumerate(order)}
     data, generators = [data[i] for i in order], [generators[i] for i in order]
-    sizes = [len(y) for _, y in data]
+    sizes = [len(y) for _, y in data]  # largest first
+    if drop_last and sizes[-1] < batch_size:
+        raise no_training_step(sizes[-1], batch_size)
     shared_prefixes = tuple(module.shared_state)
     per_client, hyperparameters = [], []
     for i in order:
@@ -248,8 +248,9 @@ def fit_fused(
         """The first m clients' slices of the stack, by name: views; those of the trainable parameters in `some`
         are leaves of their own that collect the m clients' gradients (made once per (m, some))."""
         if (m, some) not in leaves:
-            leaves[m, some] = {name: (t[:m] if m < k else t).detach().requires_grad_(name in some)
-                               if name in trainable else (t[:m] if m < k else t) for name, t in stacked.items()}
+            views = {name: t[:m] if m < k else t for name, t in stacked.items()}
+            leaves[m, some] = {name: v.detach().requires_grad_(name in some) if name in trainable else v
+                               for name, v in views.items()}
         return leaves[m, some]
 
     def losses_of(state: dict[str, torch.Tensor], a: int, b: int, step: int) -> torch.Tensor:

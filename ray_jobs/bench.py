@@ -193,10 +193,11 @@ def resnet_throughput(device, n, epochs, repeats):
 
 
 def engine_throughput(device, method: str, sizes: list[int], epochs: int, repeats: int, precision: str = "32-true",
-                      batch: int = 64) -> dict[str, float]:
+                      batch: int = 64, count_kernels: bool = False) -> dict[str, float]:
     """Images/s of ResNet-10 clients of the given sizes: `sequential` (fit_local one after another), `fused` (one
     stack, fit_fused) and, for clients of unequal sizes, `per-size stacks` (one fit_fused per size, a size's lone
-    client with fit_local: the fused engine before it trained a group as one stack)."""
+    client with fit_local: the fused engine before it trained a group as one stack); `count_kernels`: also each
+    engine's kernels (`<engine> kernels`, one more run of each under the counter)."""
     from benchmark.models import ResNet10, build_model
     from lightning_modules.fused import fit_fused
     from lightning_modules.registry import METHODS
@@ -232,7 +233,7 @@ def engine_throughput(device, method: str, sizes: list[int], epochs: int, repeat
         engines["per-size stacks"] = per_size
     times = timed(list(engines.values()), device, repeats)
     out = {name: sum(sizes) * epochs / t for name, t in zip(engines, times)}
-    if len(set(sizes)) > 1:  # and the kernels each engine launches
+    if count_kernels:  # and the kernels each engine launches
         out.update({f"{name} kernels": kernels(fn) for name, fn in engines.items()})
     return out
 
@@ -518,7 +519,8 @@ def main(argv=None):
             say(f"    {method:8s} fused bf16-mixed / 32-true {fused['bf16-mixed'] / fused['32-true']:6.3f}")
     per_size, sizes, batch, epochs, repeats = prof["stacks"]
     unequal = [m for m in sizes for _ in range(per_size)]
-    ips = plain["unequal"] = engine_throughput(device, "fedavg", unequal, epochs, repeats, batch=batch)
+    ips = plain["unequal"] = engine_throughput(device, "fedavg", unequal, epochs, repeats, batch=batch,
+                                               count_kernels=True)
     say(f"    clients of unequal sizes (FedAvg, {per_size} clients of each of {', '.join(map(str, sizes))} samples, batch "
         f"{batch}, 32-true): sequential {ips['sequential']:.1f}, one stack {ips['fused']:.1f}, per-size stacks "
         f"{ips['per-size stacks']:.1f} images/s; one stack / per-size stacks {ips['fused'] / ips['per-size stacks']:6.3f}, "
