@@ -1,7 +1,9 @@
 """End to end: real data, real Ray (2 client actors), W&B offline files, small settings of the paper's code path."""
 from __future__ import annotations
 
+import gzip
 import json
+import shutil
 
 import numpy as np
 import pytest
@@ -37,6 +39,12 @@ def test_summary_consistent_with_metrics(runs, method, dataset, fraction):
     assert on_disk == json.loads(json.dumps(summary))
     rounds = read_jsonl(out / "metrics.jsonl")
     assert [r["round"] for r in rounds] == [0, 1]
+    # the committed form (metrics.jsonl.gz): the same bytes; a folder holding it alone (a fresh clone) reads the same
+    assert gzip.decompress((out / "metrics.jsonl.gz").read_bytes()) == (out / "metrics.jsonl").read_bytes()
+    clone = out.parent / f"{out.name}-as-committed"
+    clone.mkdir()
+    shutil.copy(out / "metrics.jsonl.gz", clone)
+    assert read_jsonl(clone / "metrics.jsonl") == rounds
     domains = ["mnist", "usps", "svhn", "syn"] if dataset == "digits" else ["caltech", "amazon", "webcam", "dslr"]
     assert list(rounds[-1]["accuracy"]) == domains + ["AVG"]
     for r in rounds:

@@ -2,6 +2,7 @@
 Ray installable offline on the lent GPU machine (Python 3.12, x86-64 Linux) with `pip install --no-deps`."""
 from __future__ import annotations
 
+import gzip
 import hashlib
 import importlib.util
 import os
@@ -140,6 +141,8 @@ def test_import_completes_the_provenance_of_a_windows_runs_and_overwrites_no_com
     assert got["provenance"]["git"] == {"commit": commit, "dirty": False}
     assert got["provenance"]["gpu_run"] == json.loads(gpu_run) and got["method"] == "moon"
     assert (run / "metrics.jsonl").read_text() == '{"round": 0}\n'
+    # a window's code before metrics.jsonl.gz: the committed form made here, its records those of the plain file
+    assert gzip.decompress((run / "metrics.jsonl.gz").read_bytes()) == b'{"round": 0}\n'
     assert (root / "results/table2.md").read_text() == "# the device's report\n"
 
     (root / "results/table2.md").write_text("# ours\n")

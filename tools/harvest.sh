@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Harvest a sweep's finished runs into this checkout: from SRC (another worktree or copy of the project, where a
 # sweep runs), every run folder with a summary.json that this checkout's results/runs lacks gets its summary.json,
-# config.json and metrics.jsonl copied here (what .gitignore lets git track); in-progress runs, models,
+# config.json and metrics.jsonl.gz copied here (what .gitignore lets git track; a sweep whose code predates
+# metrics.jsonl.gz has it made from its metrics.jsonl); in-progress runs, models,
 # checkpoints and W&B folders stay there. Prints the runs copied. Then write the reports
 # (`python -m ray_jobs.sweep --table T [--domains ...] --report-only`, `python -m ray_jobs.results_table --write`).
 # Usage: bash tools/harvest.sh SRC
@@ -14,7 +15,9 @@ for run in "$SRC"/results/runs/*/; do
   name=$(basename "$run")
   [ -f "$run/summary.json" ] && [ ! -f "$ROOT/results/runs/$name/summary.json" ] || continue
   mkdir -p "$ROOT/results/runs/$name"
-  cp "$run/config.json" "$run/metrics.jsonl" "$ROOT/results/runs/$name/"
+  cp "$run/config.json" "$ROOT/results/runs/$name/"
+  if [ -f "$run/metrics.jsonl.gz" ]; then cp "$run/metrics.jsonl.gz" "$ROOT/results/runs/$name/"
+  else gzip -n -9 -c "$run/metrics.jsonl" > "$ROOT/results/runs/$name/metrics.jsonl.gz"; fi
   cp "$run/summary.json" "$ROOT/results/runs/$name/"  # last: a folder with a summary is complete
   echo "$name"
 done

@@ -192,9 +192,12 @@ def import_results(tgz: Path, root: Path, commit: str, gpu_run: dict) -> list[st
     gets, in its config.json, what the lent machine could not record: the commit its code was copied from (the
     tree travels without .git) and `gpu_run` (date, device, what shared the GPU; a run's wall time is not a single
     run's where it did). Refuses, before writing anything, an archive with a path outside results/ or a run
-    that root already holds complete (a committed run is never overwritten). Returns the runs imported."""
+    that root already holds complete (a committed run is never overwritten); a complete run whose code predates
+    metrics.jsonl.gz gets it (the form committed). Returns the runs imported."""
     import json
     import tarfile
+
+    from benchmark.results import METRICS_ARCHIVE, pack_metrics
 
     if not re.fullmatch(r"[0-9a-f]{40}", commit):
         raise KitError(f"--commit takes the full 40-digit commit the window's tree was at (got {commit!r}); "
@@ -220,6 +223,9 @@ def import_results(tgz: Path, root: Path, commit: str, gpu_run: dict) -> list[st
             cfg["provenance"]["git"] = {"commit": commit, "dirty": False}
         cfg["provenance"]["gpu_run"] = gpu_run
         path.write_text(json.dumps(cfg, indent=2) + "\n")
+        run = path.parent
+        if (run / "summary.json").exists() and (run / "metrics.jsonl").exists() and not (run / METRICS_ARCHIVE).exists():
+            pack_metrics(run)
     return runs
 
 

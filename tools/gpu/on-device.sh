@@ -66,7 +66,7 @@ case "${1:-}" in
          running && echo "still running: $(for f in $L/*.pid; do kill -0 "$(cat "$f")" 2>/dev/null && basename "$f" .pid; done | tr '\n' ' ')" || echo "no detached job left"
          for f in $L/*.log; do [ -e "$f" ] && { echo "== $(basename "$f")"; tail -n 4 "$f" | cut -c1-220; }; done
          mkdir -p $OUT; tar -czf $OUT/logs.tgz -C $L . 2>/dev/null
-         (cd $P && find results \( -name summary.json -o -name config.json -o -name metrics.jsonl -o -name run.log \
+         (cd $P && find results \( -name summary.json -o -name config.json -o -name metrics.jsonl -o -name metrics.jsonl.gz -o -name run.log \
             -o -name error.txt -o -name 'bench-*.txt' -o -name '*.md' -o -name '*.csv' -o -name '*.png' -o -name '*.svg' \) \
             -size -4M -newer $K/.staged | tar -czf $OUT/results-small.tgz -T - 2>/dev/null)
          ls -la $OUT; nvidia-smi --query-gpu=utilization.gpu,memory.used --format=csv,noheader 2>/dev/null; true ;;

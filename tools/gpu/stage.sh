@@ -19,7 +19,8 @@ D=$("$PY" -c 'from benchmark.data import resolve_data_root; print(resolve_data_r
 PIP_TARGET=(--no-deps --only-binary=:all: --python-version 3.12 --implementation cp --platform manylinux2014_x86_64)
 rm -rf .device && mkdir -p .device/whl
 "$PY" -m pip download -q "${PIP_TARGET[@]}" -d .device/whl "finch-clust==$("$PY" -c 'from importlib.metadata import version; print(version("finch-clust"))')"
-# the data in as few folders as fit beside the tree, one a call (the tree alone was 37 MiB on 2026-11-26: results/),
+# the data in as few folders as fit beside the tree, one a call (the tree alone: 14.9 MiB on 2026-11-26, once the
+# committed runs' rounds were gzipped; 37 MiB before),
 # in the order the runs need them: Office-Caltech, USPS and SVHN first (Office runs, the engine tests), then MNIST
 # and SYN (Digits), then MNIST-M (digit5)
 mib() { awk '{s += $1} END {printf "%.1f", s / 1048576}'; }
@@ -40,7 +41,7 @@ done
 if [ $RAY = 1 ]; then
   "$PY" tools/gpu/kit.py wheels .device/raywhl --extra default
   tar -cf .device/ray-wheels.tar -C .device/raywhl .
-  # parts that fit beside the tree (about 25 MiB on 2026-11-26: 103 MiB of wheels in 5 calls)
+  # parts that fit beside the tree (about 48 MiB on 2026-11-26: 103 MiB of wheels in 3 calls)
   "$PY" tools/gpu/kit.py split .device/ray-wheels.tar .device/ray --part-mib "$(awk -v b="$BUDGET" 'BEGIN {print b / 1048576}')"
   rm -rf .device/raywhl .device/ray-wheels.tar
 fi

@@ -1,0 +1,40 @@
+"""tools/harvest.sh: a sweep's complete runs copied into this checkout in their committed form."""
+from __future__ import annotations
+
+import gzip
+import json
+import shutil
+import subprocess
+from pathlib import Path
+
+from benchmark.results import read_jsonl
+
+ROOT = Path(__file__).resolve().parents[1]
+RECORDS = '{"round": 0, "accuracy": {"AVG": 10.0}}\n{"round": 1, "accuracy": {"AVG": 12.5}}\n'
+
+
+def test_complete_runs_come_with_their_rounds_gzipped_and_nothing_else(tmp_path):
+    src, dst = tmp_path / "sweep", tmp_path / "checkout"
+    (dst / "tools").mkdir(parents=True)
+    shutil.copy(ROOT / "tools" / "harvest.sh", dst / "tools")
+    subprocess.run(["git", "init", "-q", str(dst)], check=True)
+    runs = src / "results" / "runs"
+    for name in ("new-code", "old-code", "in-progress"):
+        (runs / name).mkdir(parents=True)
+        (runs / name / "config.json").write_text(json.dumps({"run": name}))
+        (runs / name / "metrics.jsonl").write_text(RECORDS)
+        (runs / name / "model.pt").write_bytes(b"weights")
+    for name in ("new-code", "old-code"):
+        (runs / name / "summary.json").write_text('{"complete": true}')
+    (runs / "new-code" / "metrics.jsonl.gz").write_bytes(gzip.compress(RECORDS.encode(), mtime=0))  # Recorder.finish's
+    done = subprocess.run(["bash", "tools/harvest.sh", str(src)], cwd=dst, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["new-code", "old-code"]
+    for name in ("new-code", "old-code"):  # the code older than metrics.jsonl.gz: made from its metrics.jsonl
+        got = dst / "results" / "runs" / name
+        assert sorted(p.name for p in got.iterdir()) == ["config.json", "metrics.jsonl.gz", "summary.json"]
+        assert gzip.decompress((got / "metrics.jsonl.gz").read_bytes()).decode() == RECORDS
+        assert [r["round"] for r in read_jsonl(got / "metrics.jsonl")] == [0, 1]
+    assert not (dst / "results" / "runs" / "in-progress").exists()
+    again = subprocess.run(["bash", "tools/harvest.sh", str(src)], cwd=dst, capture_output=True, text=True)
+    assert again.returncode == 0 and again.stdout == ""  # what this checkout holds complete is not copied again
