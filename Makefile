@@ -21,6 +21,8 @@ ACTOR_RESTARTS ?= 3
 PARALLEL ?=
 GPUS_PER_ACTOR ?= 0
 DRIVER_GPUS ?= 0
+# make test: pytest-xdist processes, each running whole test modules (an in-process run trains on 1 CPU thread)
+TEST_WORKERS ?= 2
 export RAY_USAGE_STATS_ENABLED ?= 0
 
 TABLES := table1 table2 table3 table-fedproto table-fedplvm table-fedapc table-all
@@ -38,7 +40,7 @@ demo: $(STAMP)
 	$(PY) -m ray_jobs.demo
 
 test: $(STAMP)
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile
 
 ## loop overhead, throughput and round phases; output saved under results/perf/
 bench: $(STAMP)

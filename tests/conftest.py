@@ -112,7 +112,8 @@ def full_digits_root(data_root, tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="session")
 def ray_cluster(isolated_env):
-    """One local Ray instance for the whole session, 4 logical CPUs, no GPUs, token authentication on."""
+    """One local Ray instance for the whole session, 4 logical CPUs, no GPUs, token authentication on (under
+    `make test`'s pytest-xdist, one in each worker process that runs a test using Ray: two instances at most)."""
     import ray
 
     ray.init(num_cpus=4, num_gpus=0, include_dashboard=False, logging_level="WARNING")
