@@ -38,7 +38,8 @@ END = "<!-- results: end -->"
 OFFLINE_DIGITS = ["mnist", "usps", "syn", "mnistm"]
 PUBLISHED: list[tuple[str, list[str] | None]] = [
     ("2", OFFLINE_DIGITS), ("fedplvm12", OFFLINE_DIGITS), ("fedplvm3", OFFLINE_DIGITS), ("fedplvm4", OFFLINE_DIGITS),
-    ("fedplvm5", OFFLINE_DIGITS), ("fedproto", None),
+    ("fedplvm5", OFFLINE_DIGITS), ("fedplvm78", OFFLINE_DIGITS), ("fedplvm9", OFFLINE_DIGITS), ("fedplvm10", OFFLINE_DIGITS),
+    ("fedplvm11", OFFLINE_DIGITS), ("fedplvm_t12", OFFLINE_DIGITS), ("fedproto", None),
 ]
 MISSING_DATA = {"svhn": "SVHN: only 1,083 of its training images and no test set are available offline",
                 "domainnet": "DomainNet is not available offline"}
