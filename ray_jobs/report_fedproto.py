@@ -25,7 +25,7 @@ import pandas as pd
 from benchmark import paper
 from benchmark.fewshot import SHOTS
 from benchmark.protocols import FEDPROTO_FIGURE3_SHOTS
-from benchmark.results import atomic_write, read_jsonl, read_summary, run_complete
+from benchmark.results import FEATURES_FILE, atomic_write, read_jsonl, read_summary, run_complete
 from ray_jobs.config import RunConfig
 from ray_jobs.figures import RUNS_LINE, table_figures
 from ray_jobs.report import gap_note
@@ -183,6 +183,12 @@ def report(profile: str, runs: list[RunConfig], results_dir: Path) -> tuple[pd.D
                   "coloured by class; FedProto's last local prototypes (circles) and its global ones (stars) embedded "
                   "with them. The runs: " + ", ".join(figs["tsne"]) + ".", "",
                   "![Figure 2: t-SNE of the test features](figures/tablefedproto/tsne.png)", ""]
+    elif figure2 := [Path(c.out).name for c in runs if c.split == "3way" and c.method in paper.FEDPROTO_FIGURE2]:
+        # complete runs without their features (a fresh clone: features.npz is not committed, 170 kB a run)
+        lines += ["## Figure 2: t-SNE of the test features and prototypes (n = 3, stdev of n 2)", "",
+                  f"Not drawn: it maps the test features its runs ({', '.join(figure2)}) save at their end "
+                  f"(`{FEATURES_FILE}`), which git does not keep, and this checkout lacks them. Delete those runs' "
+                  "`summary.json` and run the table again to make them (about 16 min a run on a 2-core CPU).", ""]
     if planned_k:
         lines += figure3_lines(agg, planned_k, figs["samples"] is not None)
         for row in agg[(agg.shots != SHOTS)].itertuples():

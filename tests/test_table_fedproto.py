@@ -232,3 +232,24 @@ def test_a_partial_report_lists_every_planned_row_with_the_paper_beside_what_did
     assert lines[("fedproto_orig (classifier)", "2")][2].strip() == "not run"
     assert lines[("fedper", "3")][0].strip().startswith("not run") is False
     assert len(pd.read_csv(copy / "tablefedproto.csv")) == 63 - 1 - 2 - 1
+
+
+def test_figure_2_says_what_a_checkout_without_the_features_lacks(smoke, tmp_path):
+    """A fresh clone holds the runs' committed files only (no features.npz): the report says which runs Figure 2
+    needs and how to make their features, instead of dropping the section."""
+    import shutil
+
+    runs = tmp_path / "runs"
+    for run in (smoke / "runs").iterdir():
+        if "-mnist-3way-seed0" in run.name or "-mnist-4way-s3-seed0" in run.name:
+            (runs / run.name).mkdir(parents=True)
+            for name in ("config.json", "summary.json", "metrics.jsonl.gz"):
+                shutil.copy(run / name, runs / run.name)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("WANDB_MODE", "disabled")
+        assert main([*ARGS, "--results-dir", str(tmp_path), "--report-only"]) == 0
+    md = (tmp_path / "tablefedproto.md").read_text()
+    section = md[md.index("## Figure 2"):]
+    section = section[:section.index("\n## ") if "\n## " in section else None]
+    assert "Not drawn" in section and "tsne.png" not in section
+    assert all(f"{m}-mnist-3way-seed0" in section for m in paper.FEDPROTO_FIGURE2)
