@@ -431,7 +431,8 @@ def fedproto_figures(run_dirs, out_dir: Path, title: str = "") -> dict:
     (stdev 2) against the training samples per class k, samples.{png,svg}; when Figure 2's runs (n = 3) saved their
     features (FEATURES_FILE), Figure 2: their t-SNE maps side by side with FedProto's local and global prototypes,
     tsne.{png,svg}. Returns {"curves": the curve data of every split, its split in the `dataset` column, "samples":
-    Figure 3's `grid_data`, "tsne": Figure 2's `plot_tsne` maps (each None without it), "files": [paths]}."""
+    Figure 3's `grid_data`, "tsne": Figure 2's `plot_tsne` maps (each None without it), "tsne_lacking": the names of
+    Figure 2's runs that lack their features (not drawn), "files": [paths]}."""
     ways = DATASET_SPECS["mnist"].ways
     configs = {Path(d): _config(d) for d in run_dirs}
     splits = {d: c["split"] for d, c in configs.items() if ways[c["split"]][2] == SHOTS}
@@ -451,8 +452,8 @@ def fedproto_figures(run_dirs, out_dir: Path, title: str = "") -> dict:
                             "error bars: ± std)", value_of=lambda s: ways[s["split"]][2], domains=("AVG",))
         files += [stem.with_name(f"{stem.name}.{f}") for f in FORMATS]
     # Figure 2: the runs of its methods at n = 3 (stdev 2, k = 100) that saved their features, in its panel order
-    figure2 = {c["method"]: d for d, c in configs.items() if c["split"] == "3way" and c["method"] in paper.FEDPROTO_FIGURE2
-               and (d / FEATURES_FILE).is_file()}
+    figure2_runs = [d for d, c in configs.items() if c["split"] == "3way" and c["method"] in paper.FEDPROTO_FIGURE2]
+    figure2 = {configs[d]["method"]: d for d in figure2_runs if (d / FEATURES_FILE).is_file()}
     tsne = None
     if figure2:
         stem = Path(out_dir) / "tsne"
@@ -461,6 +462,7 @@ def fedproto_figures(run_dirs, out_dir: Path, title: str = "") -> dict:
                          "through its client's final model (colour: class), and the local and global prototypes")
         files += [stem.with_name(f"{stem.name}.{f}") for f in FORMATS]
     return {"curves": pd.concat(curves, ignore_index=True) if curves else None, "samples": samples, "tsne": tsne,
+            "tsne_lacking": [d.name for d in figure2_runs if not (d / FEATURES_FILE).is_file()],
             "files": files}
 
 

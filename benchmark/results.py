@@ -23,12 +23,12 @@ FEATURES_FILE = "features.npz"
 METRICS_ARCHIVE = "metrics.jsonl.gz"
 
 
-def atomic_write(path: Path, text: str) -> None:
-    """Write a temp file beside `path`, fsync it, then rename over `path`."""
+def atomic_write(path: Path, content: str | bytes) -> None:
+    """Write `content` (text, or bytes) to a temp file beside `path`, fsync it, then rename over `path`."""
     path = Path(path)
     tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
-    with open(tmp, "w") as f:
-        f.write(text)
+    with open(tmp, "wb" if isinstance(content, bytes) else "w") as f:
+        f.write(content)
         f.flush()
         os.fsync(f.fileno())
     os.replace(tmp, path)
@@ -46,13 +46,8 @@ def pack_metrics(run_dir: Path) -> None:
     """metrics.jsonl.gz (METRICS_ARCHIVE) from the run folder's metrics.jsonl, written atomically; no timestamp in
     the gzip header, so one record always packs to the same bytes."""
     run_dir = Path(run_dir)
-    data = gzip.compress((run_dir / "metrics.jsonl").read_bytes(), compresslevel=9, mtime=0)
-    tmp = run_dir / f".{METRICS_ARCHIVE}.tmp{os.getpid()}"
-    with open(tmp, "wb") as f:
-        f.write(data)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, run_dir / METRICS_ARCHIVE)
+    atomic_write(run_dir / METRICS_ARCHIVE,
+                 gzip.compress((run_dir / "metrics.jsonl").read_bytes(), compresslevel=9, mtime=0))
 
 
 def summarize(cfg: dict, clients: list[dict], rounds: list[dict]) -> dict:

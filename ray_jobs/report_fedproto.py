@@ -183,10 +183,10 @@ def report(profile: str, runs: list[RunConfig], results_dir: Path) -> tuple[pd.D
                   "coloured by class; FedProto's last local prototypes (circles) and its global ones (stars) embedded "
                   "with them. The runs: " + ", ".join(figs["tsne"]) + ".", "",
                   "![Figure 2: t-SNE of the test features](figures/tablefedproto/tsne.png)", ""]
-    elif figure2 := [Path(c.out).name for c in runs if c.split == "3way" and c.method in paper.FEDPROTO_FIGURE2]:
+    elif figs["tsne_lacking"]:
         # complete runs without their features (a fresh clone: features.npz is not committed, 170 kB a run)
         lines += ["## Figure 2: t-SNE of the test features and prototypes (n = 3, stdev of n 2)", "",
-                  f"Not drawn: it maps the test features its runs ({', '.join(figure2)}) save at their end "
+                  f"Not drawn: it maps the test features its runs ({', '.join(figs['tsne_lacking'])}) save at their end "
                   f"(`{FEATURES_FILE}`), which git does not keep, and this checkout lacks them. Delete those runs' "
                   "`summary.json` and run the table again to make them (about 16 min a run on a 2-core CPU).", ""]
     if planned_k:

@@ -4,7 +4,9 @@ from __future__ import annotations
 import gzip
 import json
 import shutil
+import os
 import subprocess
+import sys
 from pathlib import Path
 
 from benchmark.results import read_jsonl
@@ -17,6 +19,8 @@ def test_complete_runs_come_with_their_rounds_gzipped_and_nothing_else(tmp_path)
     src, dst = tmp_path / "sweep", tmp_path / "checkout"
     (dst / "tools").mkdir(parents=True)
     shutil.copy(ROOT / "tools" / "harvest.sh", dst / "tools")
+    (dst / "benchmark").symlink_to(ROOT / "benchmark")  # the checkout's code: pack_metrics packs old-code runs
+    env = {**os.environ, "PYTHON": sys.executable}
     subprocess.run(["git", "init", "-q", str(dst)], check=True)
     runs = src / "results" / "runs"
     for name in ("new-code", "old-code", "in-progress"):
@@ -26,15 +30,16 @@ def test_complete_runs_come_with_their_rounds_gzipped_and_nothing_else(tmp_path)
         (runs / name / "model.pt").write_bytes(b"weights")
     for name in ("new-code", "old-code"):
         (runs / name / "summary.json").write_text('{"complete": true}')
-    (runs / "new-code" / "metrics.jsonl.gz").write_bytes(gzip.compress(RECORDS.encode(), mtime=0))  # Recorder.finish's
-    done = subprocess.run(["bash", "tools/harvest.sh", str(src)], cwd=dst, capture_output=True, text=True)
+    (runs / "new-code" / "metrics.jsonl.gz").write_bytes(gzip.compress(RECORDS.encode(), compresslevel=9, mtime=0))  # Recorder.finish's
+    done = subprocess.run(["bash", "tools/harvest.sh", str(src)], cwd=dst, capture_output=True, text=True, env=env)
     assert done.returncode == 0, done.stderr
     assert done.stdout.split() == ["new-code", "old-code"]
     for name in ("new-code", "old-code"):  # the code older than metrics.jsonl.gz: made from its metrics.jsonl
         got = dst / "results" / "runs" / name
         assert sorted(p.name for p in got.iterdir()) == ["config.json", "metrics.jsonl.gz", "summary.json"]
-        assert gzip.decompress((got / "metrics.jsonl.gz").read_bytes()).decode() == RECORDS
+        # the bytes a run of today's code writes (level 9, no timestamp): one record, one archive
+        assert (got / "metrics.jsonl.gz").read_bytes() == gzip.compress(RECORDS.encode(), compresslevel=9, mtime=0)
         assert [r["round"] for r in read_jsonl(got / "metrics.jsonl")] == [0, 1]
     assert not (dst / "results" / "runs" / "in-progress").exists()
-    again = subprocess.run(["bash", "tools/harvest.sh", str(src)], cwd=dst, capture_output=True, text=True)
+    again = subprocess.run(["bash", "tools/harvest.sh", str(src)], cwd=dst, capture_output=True, text=True, env=env)
     assert again.returncode == 0 and again.stdout == ""  # what this checkout holds complete is not copied again
