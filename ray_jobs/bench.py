@@ -11,8 +11,9 @@
     (`--engine fused`), and their ratio, in 32-true and bf16-mixed (the fused engine's
     bf16-mixed / 32-true); clients of unequal (Digits-like) sizes trained as one stack,
     in one stack per size (the fused engine before it took them all) and one after
-    another. Also the fused step's input: the clients' augmented batches built one
-    client at a time vs with one gather for all.
+    another; `--cudnn-benchmark` and `--compile` (torch.compile, CUDA graphs on CUDA) on
+    over off, and the compiled round's first call (its compilation). Also the fused step's
+    input: the clients' augmented batches built one client at a time vs with one gather for all.
 (5) On a GPU: per-phase round times with each engine (in-process executor) and,
     with --full-runs, the wall time of one full FPL run on Office-Caltech and on Digits
     with each engine (the paper's protocol, in-process executor, the domains whose files
@@ -58,6 +59,7 @@ from torch import nn
 from benchmark.protocols import PRESETS
 from benchmark.results import LAST_K
 from benchmark.transforms import augment
+from lightning_modules import fused as fused_engine
 from lightning_modules.base import batches, eval_batch, fit_local
 from lightning_modules.fedavg import FedAvgClient
 
@@ -193,11 +195,13 @@ def resnet_throughput(device, n, epochs, repeats):
 
 
 def engine_throughput(device, method: str, sizes: list[int], epochs: int, repeats: int, precision: str = "32-true",
-                      batch: int = 64, count_kernels: bool = False) -> dict[str, float]:
+                      batch: int = 64, count_kernels: bool = False, compile: bool = False) -> dict[str, float]:
     """Images/s of ResNet-10 clients of the given sizes: `sequential` (fit_local one after another), `fused` (one
     stack, fit_fused) and, for clients of unequal sizes, `per-size stacks` (one fit_fused per size, a size's lone
     client with fit_local: the fused engine before it trained a group as one stack); `count_kernels`: also each
-    engine's kernels (`<engine> kernels`, one more run of each under the counter)."""
+    engine's kernels (`<engine> kernels`, one more run of each under the counter). `compile`: the fused engine
+    only, through torch.compile (`--compile`), and `fused first s`, the wall time of its first call (which
+    compiles the round's shapes; not among the timed repeats)."""
     from benchmark.models import ResNet10, build_model
     from lightning_modules.fused import fit_fused
     from lightning_modules.registry import METHODS
@@ -220,7 +224,7 @@ def engine_throughput(device, method: str, sizes: list[int], epochs: int, repeat
 
     def fused(clients):
         fit_fused(module, start_client, [data[i] for i in clients], epochs, batch,
-                  [torch.Generator().manual_seed(i) for i in clients])
+                  [torch.Generator().manual_seed(i) for i in clients], compile=compile)
 
     def per_size():
         for n in sorted(set(sizes)):
@@ -231,8 +235,12 @@ def engine_throughput(device, method: str, sizes: list[int], epochs: int, repeat
     engines = {"sequential": lambda: sequential(everyone), "fused": lambda: fused(everyone)}
     if len(set(sizes)) > 1:
         engines["per-size stacks"] = per_size
+    first = {}
+    if compile:
+        engines = {"fused": engines["fused"]}
+        first["fused first s"] = timed([engines["fused"]], device, 1)[0]
     times = timed(list(engines.values()), device, repeats)
-    out = {name: sum(sizes) * epochs / t for name, t in zip(engines, times)}
+    out = {**first, **{name: sum(sizes) * epochs / t for name, t in zip(engines, times)}}
     if count_kernels:  # and the kernels each engine launches
         out.update({f"{name} kernels": kernels(fn) for name, fn in engines.items()})
     return out
@@ -539,6 +547,20 @@ def main(argv=None):
     say(f"    --cudnn-benchmark on / off (FedAvg, 32-true{', no cuDNN on the CPU' if device.type == 'cpu' else ''}): "
         + ", ".join(f"{what} {engine} {on[what][engine] / plain[what][engine]:6.3f}"
                     for what in ("equal", "unequal") for engine in ("sequential", "fused")))
+    # --compile: the fused engine's forward and backward through torch.compile (inductor, CUDA graphs on CUDA: the
+    # launch-bound steps' lead); on the CPU through aot_eager, which generates no kernels: the line shows the path
+    # runs. Clients of one size, whose round has few shapes to compile (each compiles once, on the first call)
+    backend = "inductor" if device.type == "cuda" else "aot_eager"
+    before = fused_engine.COMPILE_BACKEND
+    fused_engine.COMPILE_BACKEND = backend
+    try:
+        on = engine_throughput(device, "fedavg", [n] * clients, epochs, repeats, compile=True)
+    finally:
+        fused_engine.COMPILE_BACKEND = before
+    say(f"    --compile on / off (fused, FedAvg, 32-true, {clients} clients of {n} samples, torch.compile backend "
+        f"{backend}{', mode reduce-overhead: CUDA graphs' if device.type == 'cuda' else ', no kernel generation'}): "
+        f"{on['fused']:.1f} against {plain['equal']['fused']:.1f} images/s, {on['fused'] / plain['equal']['fused']:6.3f}; "
+        f"its first round (compiling) {on['fused first s']:.1f} s")
     t_each, t_one = input_batches(device, clients, n, repeats)
     say(f"    fused step input ({clients} clients x 64 augmented images): one gather per client {1e3 * t_each:7.2f} ms, "
         f"one for all {1e3 * t_one:7.2f} ms per step, per client / one {t_each / t_one:6.2f}")

@@ -69,6 +69,14 @@ def test_every_section_is_reported_and_saved_under_the_device_name(report):
     (cudnn,) = re.findall(r"--cudnn-benchmark on / off \(FedAvg, 32-true, no cuDNN on the CPU\): equal sequential +([\d.]+), "
                           r"equal fused +([\d.]+), unequal sequential +([\d.]+), unequal fused +([\d.]+)", text)
     assert all(float(r) > 0 for r in cudnn)
+    # --compile on / off: the fused engine compiled (aot_eager on the CPU: the path only) over eager, the ratio the
+    # printed rates', and its first round (the compilation) slower than a compiled round of the same 128 images
+    (on, off, ratio, first), = re.findall(
+        r"--compile on / off \(fused, FedAvg, 32-true, 2 clients of 64 samples, torch.compile backend aot_eager, no "
+        r"kernel generation\): ([\d.]+) against ([\d.]+) images/s, +([\d.]+); its first round \(compiling\) ([\d.]+) s",
+        text)
+    assert float(ratio) == printed_ratio(float(off), float(on))
+    assert float(first) > 128 / float(on)
     # the fused step's input both ways, the ratio the printed times' (to 0.01 ms and 0.01)
     (clients, each, one, ratio), = re.findall(r"fused step input \((\d+) clients x 64 augmented images\): one gather per "
                                               r"client +([\d.]+) ms, one for all +([\d.]+) ms per step, per client / one +"
