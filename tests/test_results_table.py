@@ -80,3 +80,17 @@ def test_a_gap_note_names_the_most_specific_notes_first(monkeypatch):
     assert report.gap_note("u", "d", "n", "z", diff=5.0, std=3.0, seeds=3, planned_seeds=3, test_size=None) == \
         "dataset; within two standard deviations of our seeds (± 3.00)"
     assert report.gap_note("u", "f", "n", "z", diff=5.0, std=1.0, seeds=3, planned_seeds=3, test_size=1000) == "not known"
+
+
+def test_the_feddyn_gap_note_quotes_the_papers_averages():
+    """FPL Table 2's FedDyn note says the paper's row sits by FedAvg's: the AVGs it quotes are the paper's."""
+    import re
+
+    from benchmark import paper
+    from ray_jobs.tables import GAP_NOTES
+
+    for ds in ("office_caltech", "digits"):
+        note = GAP_NOTES[("*", ds, "feddyn", "*")]
+        quoted = [float(v) for v in re.findall(r"\d+\.\d\d", note)]
+        assert quoted == [paper.TABLE2["feddyn"]["office_caltech"]["AVG"], paper.TABLE2["feddyn"]["digits"]["AVG"],
+                          paper.TABLE2["fedavg"]["office_caltech"]["AVG"], paper.TABLE2["fedavg"]["digits"]["AVG"]]
