@@ -63,7 +63,8 @@ data: $(STAMP)
 ## PARTICIPATION=0.1: a tenth of the clients train in each round (drawn from the seed and round; default 1, all);
 ## CLIENT_MEMORY=host|disk|device: where client groups keep the clients not training (default auto; docs/scale.md);
 ## SPREAD=1: Ray places each run's client actors over as many nodes as possible;
-## CUDNN_BENCHMARK=1: on CUDA, cuDNN picks each convolution's fastest algorithm by timing it (not part of the protocol);
+## CUDNN_BENCHMARK=0: on CUDA, cuDNN's heuristic algorithms instead of the fastest timed ones (the default; not part
+## of the protocol);
 ## METHODS=fedavg,fpl SEEDS=0 DATASETS=digits: run only part of the table (the report covers every
 ## complete run of it and says it is partial); VALUES=0.5,1: only these values of a grid's hyperparameter
 $(TABLES): $(STAMP)
@@ -73,7 +74,7 @@ $(TABLES): $(STAMP)
 		--executor $(EXECUTOR) $(if $(PARALLEL),--parallel $(PARALLEL)) --engine $(ENGINE) --precision $(PRECISION) \
 		--checkpoint-every $(CHECKPOINT_EVERY) --actor-restarts $(ACTOR_RESTARTS) $(if $(EVAL_EVERY),--eval-every $(EVAL_EVERY)) \
 		$(if $(PARTICIPATION),--participation $(PARTICIPATION)) $(if $(CLIENT_MEMORY),--client-memory $(CLIENT_MEMORY)) \
-		$(if $(SPREAD),--spread) $(if $(CUDNN_BENCHMARK),--cudnn-benchmark) \
+		$(if $(SPREAD),--spread) $(if $(filter 0,$(CUDNN_BENCHMARK)),--no-cudnn-benchmark) \
 		--gpus-per-actor $(GPUS_PER_ACTOR) --driver-gpus $(DRIVER_GPUS)
 
 ## every figure again from the run folders (table reports, smoke reports, the demo), no training

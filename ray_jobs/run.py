@@ -114,9 +114,10 @@ def build_parser() -> argparse.ArgumentParser:
                         "auto (host under --participation below 1)")
     p.add_argument("--compile", action="store_true",
                    help="the fused engine's step through torch.compile (compiles once per shape of stack and batch)")
-    p.add_argument("--cudnn-benchmark", action="store_true",
+    p.add_argument("--cudnn-benchmark", action=argparse.BooleanOptionalAction, default=d["cudnn_benchmark"].default,
                    help="CUDA: cuDNN times each convolution shape's algorithms once and keeps the fastest "
-                        "(torch.backends.cudnn.benchmark); not part of a run's protocol")
+                        "(torch.backends.cudnn.benchmark; on by default, --no-cudnn-benchmark for cuDNN's heuristics); "
+                        "not part of a run's protocol")
     p.add_argument("--precision", default=d["precision"].default,
                    help="32-true (float32, as the references) or bf16-mixed (bfloat16 autocast, Lightning's plugin)")
     p.add_argument("--data-root", default=None, help="default: $BENCH_DATA_ROOT, ./data, ../shared/data")

@@ -291,9 +291,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--client-memory", default=None, choices=CLIENT_MEMORY,
                     help="where each run's client groups keep the clients they are not training (default auto: host "
                          "memory under --participation below 1; docs/scale.md); not part of a run's protocol")
-    ap.add_argument("--cudnn-benchmark", action="store_true",
+    ap.add_argument("--cudnn-benchmark", action=argparse.BooleanOptionalAction, default=None,
                     help="CUDA: cuDNN times each convolution shape's algorithms once and keeps the fastest "
-                         "(torch.backends.cudnn.benchmark); not part of a run's protocol")
+                         "(torch.backends.cudnn.benchmark; on by default, --no-cudnn-benchmark for cuDNN's "
+                         "heuristics); not part of a run's protocol")
     ap.add_argument("--spread", action="store_true",
                     help="Ray: place each run's client actors over as many nodes as possible (SPREAD); not part of a "
                          "run's protocol")
@@ -306,7 +307,7 @@ def main(argv: list[str] | None = None) -> int:
              **({} if args.participation is None else {"participation": args.participation}),
              **({} if args.client_memory is None else {"client_memory": args.client_memory}),
              **({"spread": True} if args.spread else {}),
-             **({"cudnn_benchmark": True} if args.cudnn_benchmark else {})}
+             **({} if args.cudnn_benchmark is None else {"cudnn_benchmark": args.cudnn_benchmark})}
     tables = GROUPS.get(args.table, (args.table,))
     try:
         runs = {t: plan(t, args.profile, args.domains.split(",") if args.domains else None, results_dir,
