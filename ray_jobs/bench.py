@@ -12,8 +12,9 @@
     bf16-mixed / 32-true); clients of unequal (Digits-like) sizes trained as one stack,
     in one stack per size (the fused engine before it took them all) and one after
     another; `--cudnn-benchmark` and `--compile` (torch.compile, CUDA graphs on CUDA) on
-    over off, and the compiled round's first call (its compilation). Also the fused step's
-    input: the clients' augmented batches built one client at a time vs with one gather for all.
+    over off, and the compiled round's first call (its compilation); the ceiling of a stack's
+    step (one model on the stack's images in one batch). Also the fused step's input: the
+    clients' augmented batches built one client at a time vs with one gather for all.
 (5) On a GPU: per-phase round times with each engine (in-process executor) and,
     with --full-runs, the wall time of one full FPL run on Office-Caltech and on Digits
     with each engine (the paper's protocol, in-process executor, the domains whose files
@@ -178,20 +179,19 @@ def loop_overhead(device, n=640, epochs=5, repeats=15):
     return steps, t_plain, t_ours, t_trainer
 
 
-def resnet_throughput(device, n, epochs, repeats):
+def resnet_throughput(device, n, epochs, repeats, batch=64, ours=True):
+    """Images/s of ResNet-10 training on n images in batches of `batch`: the plain loop's and (`ours`) fit_local's."""
     from benchmark.models import build_model
 
     resnet10 = lambda: build_model("resnet10", 10)  # noqa: E731  (channels_last, as the runs')
     x = torch.randint(0, 256, (n, 3, 32, 32), dtype=torch.uint8, device=device)
     y = torch.randint(0, 10, (n,), device=device)
     net = resnet10().to(device)
-    module = client_module(resnet10, device)
-    images = n * epochs
-    t_plain, t_ours = timed([
-        lambda: plain_loop(net, x, y, epochs, 64, torch.Generator().manual_seed(0)),
-        lambda: fit_local(module, x, y, epochs, 64, torch.Generator().manual_seed(0)),
-    ], device, repeats)
-    return images / t_plain, images / t_ours
+    loops = [lambda: plain_loop(net, x, y, epochs, batch, torch.Generator().manual_seed(0))]
+    if ours:
+        module = client_module(resnet10, device)
+        loops.append(lambda: fit_local(module, x, y, epochs, batch, torch.Generator().manual_seed(0)))
+    return tuple(n * epochs / t for t in timed(loops, device, repeats))
 
 
 def engine_throughput(device, method: str, sizes: list[int], epochs: int, repeats: int, precision: str = "32-true",
@@ -525,6 +525,12 @@ def main(argv=None):
                 f"images/s   fused / sequential {ips['fused'] / ips['sequential']:6.3f}")
         if len(fused) == 2:
             say(f"    {method:8s} fused bf16-mixed / 32-true {fused['bf16-mixed'] / fused['32-true']:6.3f}")
+    # the ceiling of a stack's step: one model on the stack's images in one batch (the same images per step as the
+    # fused engine's, without the clients' own weights: plain convolutions, not grouped ones)
+    (ceiling,) = resnet_throughput(device, clients * n, epochs, repeats, batch=clients * 64, ours=False)
+    say(f"    one model, the {clients} clients' images in batches of {clients * 64} (plain loop: a stack's step without "
+        f"its clients' own weights) {ceiling:9.1f} images/s, {ceiling / plain['equal']['fused']:6.3f} x the fused engine "
+        f"(FedAvg, 32-true)")
     per_size, sizes, batch, epochs, repeats = prof["stacks"]
     unequal = [m for m in sizes for _ in range(per_size)]
     ips = plain["unequal"] = engine_throughput(device, "fedavg", unequal, epochs, repeats, batch=batch,

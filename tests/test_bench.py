@@ -53,6 +53,11 @@ def test_every_section_is_reported_and_saved_under_the_device_name(report):
     assert sorted(bf16) == ["fedavg", "fpl"]
     for m, ratio in bf16.items():
         assert float(ratio) == printed_ratio(fused[(m, "32-true")], fused[(m, "bf16-mixed")])
+    # the ceiling of a stack's step: one model on the 2 clients' images in batches of 128, its ratio the printed one's
+    (ceiling, ratio), = re.findall(r"one model, the 2 clients' images in batches of 128 \(plain loop: a stack's step "
+                                   r"without its clients' own weights\) +([\d.]+) images/s, +([\d.]+) x the fused engine "
+                                   r"\(FedAvg, 32-true\)", text)
+    assert float(ratio) == printed_ratio(fused[("fedavg", "32-true")], float(ceiling))
     # clients of unequal sizes: one stack against one stack per size and against one client after another
     (seq, one, per_size, r_stacks, r_seq, k_seq, k_one, k_per_size), = re.findall(
         r"clients of unequal sizes \(FedAvg, 2 clients of each of 20, 3, 5 samples, batch 4, 32-true\): sequential "
