@@ -42,11 +42,11 @@ def read_jsonl(path: Path) -> list[dict]:
     return [json.loads(line) for line in text.splitlines() if line.strip()]
 
 
-def pack_metrics(run_dir: Path) -> None:
-    """metrics.jsonl.gz (METRICS_ARCHIVE) from the run folder's metrics.jsonl, written atomically; no timestamp in
-    the gzip header, so one record always packs to the same bytes."""
+def pack_metrics(run_dir: Path, dest: Path | None = None) -> None:
+    """metrics.jsonl.gz (METRICS_ARCHIVE) from the run folder's metrics.jsonl, written atomically into `dest` (default:
+    the run folder); no timestamp in the gzip header, so one record always packs to the same bytes."""
     run_dir = Path(run_dir)
-    atomic_write(run_dir / METRICS_ARCHIVE,
+    atomic_write(Path(dest or run_dir) / METRICS_ARCHIVE,
                  gzip.compress((run_dir / "metrics.jsonl").read_bytes(), compresslevel=9, mtime=0))
 
 

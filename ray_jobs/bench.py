@@ -511,8 +511,11 @@ def main(argv=None):
             say(f"    {k:24s} {v:8.3f} s  {100 * v / phases['round']:5.1f}%")
     say()
     clients, n, epochs, repeats = prof["engines"]
+    # (4) and (7) with cuDNN's heuristic algorithms unless a line says otherwise (the runs in process of (5), (8) and
+    # (9) set torch.backends.cudnn.benchmark as their config says: on, the runs' default)
+    torch.backends.cudnn.benchmark = False
     say(f"(4) client engines: {clients} clients of {n} samples, {epochs} local epoch, batch 64, ResNet-10 "
-        f"(best of {repeats}, interleaved)")
+        f"(best of {repeats}, interleaved; cuDNN benchmark off but where a line says on)")
     plain = {}  # FedAvg in 32-true, for the --cudnn-benchmark line
     for method in prof["methods"]:
         fused = {}
@@ -573,7 +576,8 @@ def main(argv=None):
     if device.type == "cuda" or args.profile == "small":
         say()
         say(f"(5) one FPL round on Office-Caltech in process, per phase and share of the round (second round of a "
-            f"2-round, 1-epoch run at {prof['phases']['client_fraction']:g} of the data)")
+            f"2-round, 1-epoch run at {prof['phases']['client_fraction']:g} of the data; runs as configured by "
+            f"default, --cudnn-benchmark on)")
         for engine in ("sequential", "fused"):
             _, phases, _ = round_phases("local", engine, **small_run, device=str(device))
             say(f"    {engine:10s} {shares(phases)}")
@@ -603,10 +607,11 @@ def main(argv=None):
         say(f"    {what:36s} {mb:7.1f} MB {secs:8.3f} s {mb / secs:7.0f} MB/s   "
             f"--checkpoint-every 10 saves {0.9 * secs:.3f} s per round")
     n, eval_n, repeats = prof["memory"]
+    torch.backends.cudnn.benchmark = False  # as (4): the runs of (5) left it on
     ips = memory_format_throughput(device, n, eval_n, repeats)
     say()
     say(f"(7) ResNet-10 convolution weights contiguous (NCHW) vs channels_last (NHWC, as build_model makes them), "
-        f"best of {repeats}, interleaved")
+        f"best of {repeats}, interleaved, cuDNN benchmark off")
     for phase, what in (("training", f"training, fit_local on {n} images"), ("evaluation", f"evaluation, {eval_n} images")):
         a, b = ips[(phase, "contiguous")], ips[(phase, "channels_last")]
         say(f"    {what:34s} contiguous {a:9.1f} images/s   channels_last {b:9.1f} images/s   "

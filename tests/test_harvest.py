@@ -41,5 +41,6 @@ def test_complete_runs_come_with_their_rounds_gzipped_and_nothing_else(tmp_path)
         assert (got / "metrics.jsonl.gz").read_bytes() == gzip.compress(RECORDS.encode(), compresslevel=9, mtime=0)
         assert [r["round"] for r in read_jsonl(got / "metrics.jsonl")] == [0, 1]
     assert not (dst / "results" / "runs" / "in-progress").exists()
+    assert not (runs / "old-code" / "metrics.jsonl.gz").exists()  # the sweep's folder is only read
     again = subprocess.run(["bash", "tools/harvest.sh", str(src)], cwd=dst, capture_output=True, text=True, env=env)
     assert again.returncode == 0 and again.stdout == ""  # what this checkout holds complete is not copied again

@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # Harvest a sweep's finished runs into this checkout: from SRC (another worktree or copy of the project, where a
 # sweep runs), every run folder with a summary.json that this checkout's results/runs lacks gets its summary.json,
-# config.json and metrics.jsonl.gz copied here (what .gitignore lets git track; a run whose code predates
-# metrics.jsonl.gz has it made there first, by benchmark.results.pack_metrics as a run of today's code makes it);
-# in-progress runs, models,
+# config.json and metrics.jsonl.gz copied here (what .gitignore lets git track; for a run whose code predates
+# metrics.jsonl.gz it is made here from its metrics.jsonl by benchmark.results.pack_metrics, the bytes a run of
+# today's code writes; SRC is only read); in-progress runs, models,
 # checkpoints and W&B folders stay there. Prints the runs copied. Then write the reports
 # (`python -m ray_jobs.sweep --table T [--domains ...] --report-only`, `python -m ray_jobs.results_table --write`).
 # Usage: bash tools/harvest.sh SRC
@@ -11,16 +11,16 @@ set -euo pipefail
 SRC=${1:?usage: bash tools/harvest.sh SRC (a worktree whose results/runs holds finished runs)}
 [ -d "$SRC/results/runs" ] || { echo "error: $SRC/results/runs is no folder; name the sweep's worktree" >&2; exit 2; }
 ROOT=$(git rev-parse --show-toplevel)
-PY=${PYTHON:-$ROOT/.venv/bin/python}; [ -x "$PY" ] || PY=python3
+PY=${PYTHON:-$ROOT/.venv/bin/python}; command -v "$PY" > /dev/null || PY=python3
 [ "$(cd "$SRC" && pwd -P)" != "$(cd "$ROOT" && pwd -P)" ] || { echo "error: SRC is this checkout" >&2; exit 2; }
 for run in "$SRC"/results/runs/*/; do
   name=$(basename "$run")
   [ -f "$run/summary.json" ] && [ ! -f "$ROOT/results/runs/$name/summary.json" ] || continue
   mkdir -p "$ROOT/results/runs/$name"
   cp "$run/config.json" "$ROOT/results/runs/$name/"
-  [ -f "$run/metrics.jsonl.gz" ] || PYTHONPATH="$ROOT" "$PY" -c \
-    'import sys; from benchmark.results import pack_metrics; pack_metrics(sys.argv[1])' "$run"
-  cp "$run/metrics.jsonl.gz" "$ROOT/results/runs/$name/"
+  if [ -f "$run/metrics.jsonl.gz" ]; then cp "$run/metrics.jsonl.gz" "$ROOT/results/runs/$name/"
+  else PYTHONPATH="$ROOT" "$PY" -c 'import sys; from benchmark.results import pack_metrics; pack_metrics(*sys.argv[1:])' \
+         "$run" "$ROOT/results/runs/$name"; fi
   cp "$run/summary.json" "$ROOT/results/runs/$name/"  # last: a folder with a summary is complete
   echo "$name"
 done

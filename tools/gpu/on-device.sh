@@ -75,7 +75,8 @@ case "${1:-}" in
   window) end=$((SECONDS + $2)); shift 2; self=$(readlink -f "$0")
          mkdir -p $K/shared && ln -sfn $R $K/shared/data   # the tests' data root: ../shared/data beside the code
          bash "$self" bg sweep "python3 -m ray_jobs.sweep $*"
-         if [ "${WINDOW_TESTS:-1}" = 1 ]; then
+         rm -f $L/test-fused-cuda.log   # no earlier window's log in this one's
+         if [ "${WINDOW_TESTS:-1}" != 0 ]; then
            (cd $P && TEST_DEVICE=cuda timeout $((end - SECONDS - 60)) python3 -m pytest -q -p no:cacheprovider \
               tests/test_fused.py > $L/test-fused-cuda.log 2>&1; echo "pytest exit status $?" >> $L/test-fused-cuda.log)
            tail -n 3 $L/test-fused-cuda.log
