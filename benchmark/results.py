@@ -91,8 +91,9 @@ PROTOCOL_KEYS = ("method", "dataset", "split", "domains", "seed", "rounds", "loc
 LATER_KEYS = {"aggregation": "samples", "client_init": "shared", "dirichlet_alpha": None, "data_split": None,
               "participation": 1.0}
 # method hyperparameters added since runs were recorded, and the value a run recorded without one ran with: FPL's
-# (and its variants') `lambda`, its weight on CPCL + UPCR, whose loss had no weight before (1)
-LATER_HPARAMS = {"lambda": 1.0}
+# (and its variants') `lambda`, its weight on CPCL + UPCR, whose loss had no weight before (1); FedPLVM's `dp_budget`
+# (2026-11-26), whose DP-SGD spent its budget over the whole run before ("run")
+LATER_HPARAMS = {"lambda": 1.0, "dp_budget": "run"}
 
 
 def protocol(cfg) -> dict:

@@ -288,7 +288,8 @@ def fit_local(module: ClientModule, x: torch.Tensor, y: torch.Tensor, epochs: in
     """Train `module` on the resident uint8 images `x` and labels `y`; returns the mean loss.
 
     Under the hyperparameter `dp_sgd` the steps are DP-SGD (`lightning_modules.privacy`): Opacus's optimiser around
-    the module's, its noise multiplier for this client's `run_rounds` rounds of such fits.
+    the module's, its noise multiplier for this client's `run_rounds` rounds of such fits (`dp_budget` "run") or for
+    this fit alone (`dp_budget` "round").
     Raises NonFiniteLoss when any step's loss was NaN or infinite (checked once, at the end, on the sum of
     the losses, which is then non-finite: no per-step check or host sync); the caller must then discard the
     weights.
@@ -299,8 +300,8 @@ def fit_local(module: ClientModule, x: torch.Tensor, y: torch.Tensor, epochs: in
         raise no_training_step(len(y), batch_size)
     dp = None
     if private(module.hparams):
-        dp = dp_sgd(module.net, optimizer, module.hparams, module.run_rounds * epochs * epoch_steps, len(y), batch_size,
-                    generator)
+        rounds = module.run_rounds if module.hparams.get("dp_budget", "run") == "run" else 1
+        dp = dp_sgd(module.net, optimizer, module.hparams, rounds * epochs * epoch_steps, len(y), batch_size, generator)
         optimizer = dp.optimizer
     module.train()
     dtype = next(module.net.parameters()).dtype

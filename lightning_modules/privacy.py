@@ -7,7 +7,9 @@ to L2 norm `max_grad_norm`, sums the batch's, adds Gaussian noise of std `noise_
 divides by the batch size (`DPOptimizer`, around the method's own SGD). The noise multiplier is Opacus's
 accountant's (`get_noise_multiplier`, Renyi DP of the sampled Gaussian mechanism, Mironov et al. 2019, the paper's
 [22]): the smallest that keeps the client's whole run, every round's local steps, within (epsilon, delta) at the
-sample rate batch / the client's samples. Opacus trains no BatchNorm (a sample's output would depend on its
+sample rate batch / the client's samples (`dp_budget` "run", the default), or each round's local steps alone
+(`dp_budget` "round": what an FL code that makes a fresh Opacus `PrivacyEngine` every round spends, the run as a
+whole then far above epsilon; the paper does not say which it did, docs/deviations.md 37). Opacus trains no BatchNorm (a sample's output would depend on its
 batch); the model then has GroupNorm in its place (`benchmark.models.norm_layer`, Opacus's `ModuleValidator.fix`).
 Opacus is imported when a client first trains privately (it takes seconds to import).
 
@@ -76,7 +78,7 @@ class DPSGD:
 
 def dp_sgd(net: nn.Module, optimizer: torch.optim.Optimizer, hparams, steps: int, num_samples: int, batch_size: int,
            generator: torch.Generator) -> DPSGD:
-    """DP-SGD for a client of `num_samples` samples training `steps` steps over the whole run, by the
+    """DP-SGD for a client of `num_samples` samples training `steps` steps within the budget, by the
     hyperparameters `dp_epsilon`, `dp_delta`, `dp_max_grad_norm`; the noise generator seeded from one draw of the
     client's `generator`."""
     sigma = noise_multiplier(hparams["dp_epsilon"], hparams["dp_delta"], batch_size / num_samples, steps)

@@ -255,7 +255,7 @@ def _check_fedplvm(hp):
         raise HyperparameterError(f"alpha must be a number in (0, 1] (got {hp['alpha']!r}).")
     _boolean("contrast", "correction")(hp)
     _choices(local_protos=("cluster", "mean"), global_protos=("cluster", "mean", "all"),
-             correction_form=("code", "paper"), clustering=CLUSTERINGS)(hp)
+             correction_form=("code", "paper"), clustering=CLUSTERINGS, dp_budget=("run", "round"))(hp)
     k = hp["kmeans_k"]
     if k != "adaptive" and (isinstance(k, bool) or not isinstance(k, int) or k < 1):
         raise HyperparameterError(f"kmeans_k must be adaptive or an integer >= 1 (got {k!r}).")
@@ -285,6 +285,7 @@ FEDPLVM_DEFAULTS = dict(
     dp_sgd=False,
     dp_epsilon=4.0,
     dp_delta=1e-5,
+    dp_budget="run",  # (dp_epsilon, dp_delta) spent over the client's whole run, or "round": each round's fit alone
     dp_max_grad_norm=1.0,  # DP-SGD's per-sample clipping bound C (the paper states none: Opacus's usual 1.0)
     # Table 11: each uploaded local prototype P as (1 - coefficient) P + N(0, scale^2) (FedPCL's add_noise_proto)
     proto_noise=False,

@@ -102,10 +102,12 @@ def test_clipped_per_sample_gradients_are_per_sample_autograd_clipped():
     assert (norms > c).sum() == 2 and torch.sqrt(sum((g ** 2).sum() for g in seen["grads"])) <= c
 
 
-def test_a_runs_clipped_per_sample_gradients_never_exceed_the_bound(monkeypatch):
+@pytest.mark.parametrize("budget,budget_steps", [("run", 6), ("round", 3)])
+def test_a_runs_clipped_per_sample_gradients_never_exceed_the_bound(monkeypatch, budget, budget_steps):
     """Two rounds through fit_local (round 0 CE alone, round 1 FedPLVM's loss), batch 1: each step's summed clipped
     gradient is that sample's clipped gradient, read before the noise is added; the noise multiplier is the
-    accountant's for the run's 6 steps at sample rate 1/3."""
+    accountant's for the run's 6 steps at sample rate 1/3 (`dp_budget` "run"), or for a round's 3 ("round", which
+    then spends more than epsilon over the run)."""
     steps = []
 
     def add_noise(opt):
@@ -116,18 +118,19 @@ def test_a_runs_clipped_per_sample_gradients_never_exceed_the_bound(monkeypatch)
 
     original = DPOptimizer.add_noise
     monkeypatch.setattr(DPOptimizer, "add_noise", add_noise)
-    module = dp_client(dp_max_grad_norm=0.5)
+    module = dp_client(dp_max_grad_norm=0.5, dp_budget=budget)
     module.run_rounds = 2
     x, y = images(3, seed=2), torch.tensor([0, 1, 1])
     start = {k: v.clone() for k, v in module.net.state_dict().items()}
     for r, p in ((0, None), (1, payload())):
         module.start_round(r, p, module.net.state_dict())
         fit_local(module, x, y, epochs=1, batch_size=1, generator=torch.Generator().manual_seed(r), drop_last=True)
-    sigma = noise_multiplier(EPSILON, DELTA, 1 / 3, 6)
+    sigma = noise_multiplier(EPSILON, DELTA, 1 / 3, budget_steps)
     assert len(steps) == 6 and {(s, c) for *_, s, c in steps} == {(sigma, 0.5)}
     assert all(clipped <= 0.5 * (1 + 1e-4) for clipped, *_ in steps)  # (float32 sums of 4.9M squares)
     assert all(raw > 0.5 for _, raw, *_ in steps)  # every step was clipped: the bound did bind
-    assert EPSILON - 0.01 <= spent_epsilon(sigma, 1 / 3, 6) <= EPSILON
+    assert EPSILON - 0.01 <= spent_epsilon(sigma, 1 / 3, budget_steps) <= EPSILON
+    assert (spent_epsilon(sigma, 1 / 3, 6) > EPSILON) == (budget == "round")
     assert any(not torch.equal(v, module.net.state_dict()[k]) for k, v in start.items())  # it trained
     # the fit leaves no Opacus hooks nor per-sample gradients on the model
     assert all(not m._forward_hooks and not m._backward_hooks for m in module.net.modules())
@@ -201,7 +204,24 @@ def test_table11_variants_and_checks():
                             ("fedplvm_dp_protos", False, True)):
         m = METHODS[name]
         assert m.variant_of == "fedplvm" and m.defaults == {**base, "dp_sgd": dp, "proto_noise": noise}
-    for name, value in (("dp_delta", 1.0), ("dp_epsilon", 0), ("dp_max_grad_norm", -1.0), ("proto_noise_coefficient", 1.5),
+    assert base["dp_budget"] == "run"  # the issue's "over the whole run"
+    for name, value in (("dp_budget", "epoch"), ("dp_delta", 1.0), ("dp_epsilon", 0), ("dp_max_grad_norm", -1.0), ("proto_noise_coefficient", 1.5),
                         ("proto_noise", "yes")):
         with pytest.raises(ValueError, match=name):
             RunConfig(method="fedplvm", hparams={name: value})
+
+
+def test_a_run_recorded_before_dp_budget_existed_spent_it_over_the_run(tmp_path):
+    """FedPLVM's runs recorded before `dp_budget` existed (their hparams lack it) are complete for "run", the only
+    budget there was, and not for "round"."""
+    import json
+
+    from benchmark.results import is_complete, protocol
+
+    cfg = RunConfig.from_preset("fedplvm-digit5", method="fedplvm_dp_model")
+    old = protocol(cfg)
+    old["hparams"] = {k: v for k, v in old["hparams"].items() if k != "dp_budget"}
+    (tmp_path / "summary.json").write_text(json.dumps({"complete": True, "protocol": old}))
+    assert is_complete(tmp_path, protocol(cfg))
+    assert not is_complete(tmp_path, protocol(RunConfig.from_preset("fedplvm-digit5", method="fedplvm_dp_model",
+                                                                     hparams={"dp_budget": "round"})))
