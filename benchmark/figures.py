@@ -453,7 +453,8 @@ def fedproto_figures(run_dirs, out_dir: Path, title: str = "") -> dict:
         files += [stem.with_name(f"{stem.name}.{f}") for f in FORMATS]
     # Figure 2: the runs of its methods at n = 3 (stdev 2, k = 100) that saved their features, in its panel order
     figure2_runs = [d for d, c in configs.items() if c["split"] == "3way" and c["method"] in paper.FEDPROTO_FIGURE2]
-    figure2 = {configs[d]["method"]: d for d in figure2_runs if (d / FEATURES_FILE).is_file()}
+    saved = {d: (d / FEATURES_FILE).is_file() for d in figure2_runs}
+    figure2 = {configs[d]["method"]: d for d in figure2_runs if saved[d]}
     tsne = None
     if figure2:
         stem = Path(out_dir) / "tsne"
@@ -462,7 +463,7 @@ def fedproto_figures(run_dirs, out_dir: Path, title: str = "") -> dict:
                          "through its client's final model (colour: class), and the local and global prototypes")
         files += [stem.with_name(f"{stem.name}.{f}") for f in FORMATS]
     return {"curves": pd.concat(curves, ignore_index=True) if curves else None, "samples": samples, "tsne": tsne,
-            "tsne_lacking": [d.name for d in figure2_runs if not (d / FEATURES_FILE).is_file()],
+            "tsne_lacking": [d.name for d in figure2_runs if not saved[d]],
             "files": files}
 
 
