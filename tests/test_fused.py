@@ -246,6 +246,20 @@ def test_fused_equals_sequential_in_float32(shards):
     assert worst < 1e-4
 
 
+def bf16_rounds(method, shards):
+    """Per round of 2 (learning rate 0.01): the sequential round under 32-true (TF32 off), the sequential and the
+    fused rounds under bf16-mixed (train's results), and d, the sequential bf16-mixed round's largest departure from
+    the 32-true one (weights, prototypes, losses; relative to each tensor's largest entry)."""
+    variants = [("sequential", torch.float32, "32-true"), ("sequential", torch.float32, "bf16-mixed"),
+                ("fused", torch.float32, "bf16-mixed")]
+    with true_float32():
+        ref, seq, fused_ = run_rounds(method, shards, variants, lr=0.01)
+    for (r32, _), (rs, _), (rf, _) in zip(ref, seq, fused_):
+        d = max(max_rel_diff(rs[k], r32[k]) for k in ("sum", "protos", "losses"))
+        assert 1e-3 < d < 0.3  # bfloat16 was applied (float32 rounding alone moves these by < 1e-4), and is rounding
+        yield r32, rs, rf, d
+
+
 @pytest.mark.parametrize("method", ONE_MODEL)
 def test_fused_equals_sequential_under_bf16_mixed(method, shards):
     """bf16-mixed (Lightning's autocast plugin) in both engines, float32 weights, each round from the same inputs.
@@ -260,13 +274,7 @@ def test_fused_equals_sequential_under_bf16_mixed(method, shards):
     0.05 FedPLVM's round (lambda 100, tau 0.07, cos^0.25) turns bfloat16 rounding into changes as large as
     the weights, where no tolerance is informative.
     """
-    variants = [("sequential", torch.float32, "32-true"), ("sequential", torch.float32, "bf16-mixed"),
-                ("fused", torch.float32, "bf16-mixed")]
-    with true_float32():
-        ref, seq, fused = run_rounds(method, shards, variants, lr=0.01)
-    for (r32, _), (rs, _), (rf, _) in zip(ref, seq, fused):
-        d = max(max_rel_diff(rs[k], r32[k]) for k in ("sum", "protos", "losses"))
-        assert 1e-3 < d < 0.3  # bfloat16 was applied (float32 rounding alone moves these by < 1e-4), and is rounding
+    for r32, rs, rf, d in bf16_rounds(method, shards):
         for k in ("sum", "protos", "losses"):
             # the fused round's own departure from 32-true, beside the sequential one's: the numbers a failure needs
             # (on the H200, 2026-11-26, with TF32 in the reference: fedplvm_avg_avg protos 2.5 d, fpl_cpcl_only
@@ -295,13 +303,7 @@ def test_fused_rounds_as_sequential_with_bfloat16_convolutions(method, shards, m
         return conv2d(x.bfloat16(), w.bfloat16(), None if b is None else b.bfloat16(), *args, **kwargs)
 
     monkeypatch.setattr(F, "conv2d", bfloat16_conv2d)
-    variants = [("sequential", torch.float32, "32-true"), ("sequential", torch.float32, "bf16-mixed"),
-                ("fused", torch.float32, "bf16-mixed")]
-    with true_float32():
-        ref, seq, fused_ = run_rounds(method, shards, variants, lr=0.01)
-    for (r32, _), (rs, _), (rf, _) in zip(ref, seq, fused_):
-        d = max(max_rel_diff(rs[k], r32[k]) for k in ("sum", "protos", "losses"))
-        assert 1e-3 < d < 0.3
+    for r32, _, rf, d in bf16_rounds(method, shards):
         for k in ("sum", "protos", "losses"):
             assert max_rel_diff(rf[k], r32[k]) <= 1.5 * d, f"{k}: fused vs 32-true {max_rel_diff(rf[k], r32[k]):.2e}, d {d:.2e}"
 
