@@ -19,6 +19,7 @@ whose `add_noise_proto` these two parameters and defaults come from, has it): ea
 """
 from __future__ import annotations
 
+import warnings
 from functools import lru_cache
 
 import torch
@@ -64,6 +65,11 @@ class DPSGD:
         from opacus.optimizers import DPOptimizer
 
         self.noise_multiplier, self.max_grad_norm = noise_multiplier, max_grad_norm
+        # torch warns at every backward that Opacus's full backward hooks fire without an input that requires a
+        # gradient (the images): harmless, its per-sample gradients come from each layer's own input and output
+        # gradient (tests/test_privacy.py checks them against per-sample autograd); silenced, this message only
+        warnings.filterwarnings("ignore", message="Full backward hook is firing when gradients are computed with "
+                                "respect to module outputs since no inputs require gradients", category=UserWarning)
         # Opacus's convolution per-sample gradients are wrong on channels_last tensors (as `build_model` makes the
         # weights, and then the activations; tests/test_privacy.py): the model contiguous (NCHW) again, in place
         net.to(memory_format=torch.contiguous_format)
