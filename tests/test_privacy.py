@@ -44,6 +44,10 @@ def test_noise_multiplier_reaches_epsilon_over_the_whole_run(preset, steps):
     assert spent_epsilon(0.97 * sigma, q, steps) > EPSILON  # and no more noise than it needs
     assert spent_epsilon(sigma, q, 2 * steps) > EPSILON  # one round's steps alone would not do
     assert sigma == pytest.approx({300: 6.52, 480: 8.20}[steps], abs=0.01)  # docs/fedplvm.md's values
+    # dp_budget="round": one round's 6 steps (2 epochs of 3 batches) within the budget, far less noise
+    per_round = noise_multiplier(EPSILON, DELTA, q, cfg.local_epochs * (100 // cfg.batch_size))
+    assert EPSILON - 0.01 <= spent_epsilon(per_round, q, 6) <= EPSILON and spent_epsilon(per_round, q, steps) > 7 * EPSILON  # (30.5 on Digit-5)
+    assert per_round == pytest.approx(1.38, abs=0.01)
 
 
 def images(n: int, seed: int = 0) -> torch.Tensor:
