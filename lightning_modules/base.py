@@ -113,7 +113,8 @@ class ClientModule(L.LightningModule):
     precision_mode = "32-true"  # the engines run the forward passes under precision_context(precision_mode)
     transform = Transform()  # the protocol's batch transform (the client group sets the dataset's)
     eval_batch = 500  # images per forward pass of `eval_features`
-    run_rounds = 1  # the run's rounds (the client group sets it): DP-SGD's accountant counts the whole run's steps
+    # the run's rounds (the client group sets it): DP-SGD's accountant counts the whole run's steps (`dp_budget` run)
+    run_rounds = 1
 
     def __init__(self, net: nn.Module, hparams: dict | None = None, *, lr: float = 0.01, momentum: float = 0.9,
                  weight_decay: float = 1e-5):

@@ -9,9 +9,10 @@ accountant's (`get_noise_multiplier`, Renyi DP of the sampled Gaussian mechanism
 [22]): the smallest that keeps the client's whole run, every round's local steps, within (epsilon, delta) at the
 sample rate batch / the client's samples (`dp_budget` "run", the default), or each round's local steps alone
 (`dp_budget` "round": what an FL code that makes a fresh Opacus `PrivacyEngine` every round spends, the run as a
-whole then far above epsilon; the paper does not say which it did, docs/deviations.md 37). Opacus trains no BatchNorm (a sample's output would depend on its
-batch); the model then has GroupNorm in its place (`benchmark.models.norm_layer`, Opacus's `ModuleValidator.fix`).
-Opacus is imported when a client first trains privately (it takes seconds to import).
+whole then far above epsilon; the paper does not say which it did, docs/deviations.md 37). Opacus trains no
+BatchNorm (a sample's output would depend on its batch); the model then has GroupNorm in its place
+(`benchmark.models.norm_layer`, Opacus's `ModuleValidator.fix`). Opacus is imported when a client first trains
+privately (it takes seconds to import).
 
 Prototype noise (the paper's "scale s = 0.05, perturbation coefficient p = 0.1"; FedPLVM's code has none, FedPCL's,
 whose `add_noise_proto` these two parameters and defaults come from, has it): each uploaded prototype P becomes
@@ -24,6 +25,12 @@ from functools import lru_cache
 
 import torch
 from torch import nn
+
+# torch warns at every backward that Opacus's full backward hooks fire without an input that requires a gradient
+# (the images): harmless, its per-sample gradients come from each layer's own input and output gradient
+# (tests/test_privacy.py checks them against per-sample autograd); silenced, this message only
+warnings.filterwarnings("ignore", message="Full backward hook is firing when gradients are computed with respect to "
+                        "module outputs since no inputs require gradients", category=UserWarning)
 
 ACCOUNTANT = "rdp"  # Opacus's accountant that sets the noise multiplier (its default for get_noise_multiplier)
 
@@ -65,11 +72,6 @@ class DPSGD:
         from opacus.optimizers import DPOptimizer
 
         self.noise_multiplier, self.max_grad_norm = noise_multiplier, max_grad_norm
-        # torch warns at every backward that Opacus's full backward hooks fire without an input that requires a
-        # gradient (the images): harmless, its per-sample gradients come from each layer's own input and output
-        # gradient (tests/test_privacy.py checks them against per-sample autograd); silenced, this message only
-        warnings.filterwarnings("ignore", message="Full backward hook is firing when gradients are computed with "
-                                "respect to module outputs since no inputs require gradients", category=UserWarning)
         # Opacus's convolution per-sample gradients are wrong on channels_last tensors (as `build_model` makes the
         # weights, and then the activations; tests/test_privacy.py): the model contiguous (NCHW) again, in place
         net.to(memory_format=torch.contiguous_format)

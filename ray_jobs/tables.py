@@ -196,7 +196,8 @@ GAP_NOTES: dict[tuple[str, str, str, str], str] = {
     **{("*", ds, "feddyn", "*"): "the paper's FedDyn row comes from RethinkFL's FedDyn, which sends no gradient and "
                                  "trains as FedAvg (its AVG, {:.2f} on Office-Caltech and {:.2f} on Digits, sits by "
                                  "FedAvg's {:.2f} and {:.2f}); ours is Acar et al.'s FedDyn, as PROTOCOL.md asks "
-                                 "(docs/deviations.md, 9)".format(*(paper.TABLE2[m][d]["AVG"] for m in ("feddyn", "fedavg")
+                                 "(docs/deviations.md, 9)".format(*(paper.TABLE2[m][d]["AVG"]
+                                                                    for m in ("feddyn", "fedavg")
                                                                     for d in ("office_caltech", "digits")))
        for ds in ("office_caltech", "digits")},
     **{("*", "digit5", m, "*"): "our DP-SGD spends (epsilon, delta) = (4, 1e-5) over a client's whole run (Opacus's "

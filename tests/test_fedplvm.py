@@ -340,7 +340,8 @@ def test_registry_defaults_and_variants():
     base = {"alpha": 0.25, "tau": 0.07, "lambda": 100.0, "contrast": True, "correction": True,
             "correction_form": "code", "local_protos": "cluster", "global_protos": "cluster", "clustering": "finch",
             "kmeans_k": "adaptive", "dp_sgd": False, "dp_epsilon": 4.0, "dp_delta": 1e-5, "dp_max_grad_norm": 1.0,
-            "dp_budget": "run", "proto_noise": False, "proto_noise_scale": 0.05, "proto_noise_coefficient": 0.1}  # Table 11: off
+            "dp_budget": "run", "proto_noise": False, "proto_noise_scale": 0.05,
+            "proto_noise_coefficient": 0.1}  # Table 11: off
     assert METHODS["fedplvm"].defaults == base
     assert METHODS["fedplvm_avg_avg"].defaults == {**base, "local_protos": "mean", "global_protos": "mean"}
     assert METHODS["fedplvm_avg_cluster"].defaults == {**base, "local_protos": "mean"}

@@ -247,9 +247,9 @@ def test_fused_equals_sequential_in_float32(shards):
 
 
 def bf16_rounds(method, shards):
-    """Per round of 2 (learning rate 0.01): the sequential round under 32-true (TF32 off), the sequential and the
-    fused rounds under bf16-mixed (train's results), and d, the sequential bf16-mixed round's largest departure from
-    the 32-true one (weights, prototypes, losses; relative to each tensor's largest entry)."""
+    """Yields, for each of 2 rounds at learning rate 0.01, train's results of the sequential round under 32-true
+    (TF32 off) and of the sequential and the fused rounds under bf16-mixed, and d: the sequential bf16-mixed round's
+    largest departure from the 32-true one (weights, prototypes, losses; relative to each tensor's largest entry)."""
     variants = [("sequential", torch.float32, "32-true"), ("sequential", torch.float32, "bf16-mixed"),
                 ("fused", torch.float32, "bf16-mixed")]
     with true_float32():
@@ -286,12 +286,15 @@ def test_fused_equals_sequential_under_bf16_mixed(method, shards):
         assert all(np.isfinite(v) for v in rf["losses"].values())
 
 
+@pytest.mark.skipif(DEVICE.type != "cpu", reason="a CPU stand-in for CUDA's autocast: on CUDA the bf16-mixed test")
 @pytest.mark.parametrize("method", ["fedavg", "fpl_cpcl_only", "fedplvm_avg_avg"])
 def test_fused_rounds_as_sequential_with_bfloat16_convolutions(method, shards, monkeypatch):
     """CUDA's autocast on the CPU: every convolution under bf16-mixed cast to bfloat16 in both engines (CPU autocast
     leaves the fused engine's vmapped convolutions in float32), so that both round what they would round on CUDA.
     The fused round then departs from the 32-true round no further than 1.5 d, d the sequential round's largest
-    departure (measured 2026-11-26: at most 1.10 d). On the H100 the fused rounds of fpl_cpcl_only and
+    departure (measured 2026-11-26: at most 1.10 d), and its weights at least half as far as the sequential round's
+    (bfloat16 did reach its convolutions; measured 0.77 to 1.10 times as far, without the stand-in 0.0 to 0.34
+    times). On the H100 the fused rounds of fpl_cpcl_only and
     fedplvm_avg_avg departed 3.4 d and 1.5 d (results/perf/h100-2026-11-26): with this test passing here, the
     engine rounds what the sequential loop rounds, and what is left is the kernels
     (`test_a_vmapped_bfloat16_convolution_rounds_as_a_plain_one`)."""
@@ -303,9 +306,11 @@ def test_fused_rounds_as_sequential_with_bfloat16_convolutions(method, shards, m
         return conv2d(x.bfloat16(), w.bfloat16(), None if b is None else b.bfloat16(), *args, **kwargs)
 
     monkeypatch.setattr(F, "conv2d", bfloat16_conv2d)
-    for r32, _, rf, d in bf16_rounds(method, shards):
-        for k in ("sum", "protos", "losses"):
-            assert max_rel_diff(rf[k], r32[k]) <= 1.5 * d, f"{k}: fused vs 32-true {max_rel_diff(rf[k], r32[k]):.2e}, d {d:.2e}"
+    for r32, rs, rf, d in bf16_rounds(method, shards):
+        departure = {k: max_rel_diff(rf[k], r32[k]) for k in ("sum", "protos", "losses")}
+        seen = f"fused vs 32-true {departure}, d {d:.2e}, sequential's weights {max_rel_diff(rs['sum'], r32['sum']):.2e}"
+        assert max(departure.values()) <= 1.5 * d, seen
+        assert departure["sum"] > 0.5 * max_rel_diff(rs["sum"], r32["sum"]), seen
 
 
 class MatmulBatchNormNet(nn.Module):

@@ -17,7 +17,8 @@
 #                    (`ray_jobs.bench --skip-ray`, alone on the GPU) with the time left (its file rewritten after each
 #                    line; BENCH_ARGS adds to its flags, e.g. "--full-runs --full-rounds 3"); then `poll 0`. Run
 #                    `stage` first (in the same call: `stage && window ...`). WINDOW_TESTS=0: no engine tests (the
-#                    GPU for the runs alone); WINDOW_TESTS=bf16: only the bfloat16 ones (seconds: the open CUDA question)
+#                    GPU for the runs alone); WINDOW_TESTS=bf16: only the bfloat16 ones (about 30: the open CUDA
+#                    question)
 set -uo pipefail
 K=${KIT_HOME:-/root}; R=$K/fpdata; P=$K/proj; L=$K/logs; S=$K/site; W=$K/rayparts
 export PYTHONPATH=$S:$P WANDB_MODE=disabled PYTHONUNBUFFERED=1 BENCH_DATA_ROOT=$R RAY_USAGE_STATS_ENABLED=0
@@ -79,7 +80,8 @@ case "${1:-}" in
          if [ "${WINDOW_TESTS:-1}" != 0 ]; then
            sel=(); [ "${WINDOW_TESTS:-1}" = bf16 ] && sel=(-k "bf16 or bfloat16")
            (cd $P && TEST_DEVICE=cuda timeout $((end - SECONDS - 60)) python3 -m pytest -q -p no:cacheprovider \
-              tests/test_fused.py "${sel[@]}" > $L/test-fused-cuda.log 2>&1; echo "pytest exit status $?" >> $L/test-fused-cuda.log)
+              tests/test_fused.py ${sel[@]+"${sel[@]}"} > $L/test-fused-cuda.log 2>&1
+            echo "pytest exit status $?" >> $L/test-fused-cuda.log)
            tail -n 3 $L/test-fused-cuda.log
          fi
          while [ $SECONDS -lt $((end - 90)) ] && running; do sleep 5; done
