@@ -308,7 +308,8 @@ def test_fused_rounds_as_sequential_with_bfloat16_convolutions(method, shards, m
     monkeypatch.setattr(F, "conv2d", bfloat16_conv2d)
     for r32, rs, rf, d in bf16_rounds(method, shards):
         departure = {k: max_rel_diff(rf[k], r32[k]) for k in ("sum", "protos", "losses")}
-        seen = f"fused vs 32-true {departure}, d {d:.2e}, sequential's weights {max_rel_diff(rs['sum'], r32['sum']):.2e}"
+        seen = (f"fused vs 32-true {departure}, d {d:.2e}, "
+                f"sequential's weights vs 32-true {max_rel_diff(rs['sum'], r32['sum']):.2e}")
         assert max(departure.values()) <= 1.5 * d, seen
         assert departure["sum"] > 0.5 * max_rel_diff(rs["sum"], r32["sum"]), seen
 
