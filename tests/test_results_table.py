@@ -94,3 +94,22 @@ def test_the_feddyn_gap_note_quotes_the_papers_averages():
         quoted = [float(v) for v in re.findall(r"\d+\.\d\d", note)]
         assert quoted == [paper.TABLE2["feddyn"]["office_caltech"]["AVG"], paper.TABLE2["feddyn"]["digits"]["AVG"],
                           paper.TABLE2["fedavg"]["office_caltech"]["AVG"], paper.TABLE2["fedavg"]["digits"]["AVG"]]
+
+
+def test_dp_gap_note_quotes_the_committed_probes():
+    """FedPLVM Table 11's DP-SGD note quotes seed-0 probes: their final AVGs are those of the summaries committed in
+    results/measured/fedplvm-dp-probes/ (clipping alone at bound 100; a budget per round at bound 10), and those
+    summaries ran what the note says."""
+    import json
+    from pathlib import Path
+
+    from ray_jobs.tables import GAP_NOTES
+
+    note = GAP_NOTES[("*", "digit5", "fedplvm_dp_model", "*")]
+    probes = Path(__file__).resolve().parent.parent / "results/measured/fedplvm-dp-probes"
+    for name, hp in (("clip_only_C100", {"dp_max_grad_norm": 100, "dp_epsilon": 100000, "dp_budget": "run"}),
+                     ("round_budget_C10", {"dp_max_grad_norm": 10, "dp_epsilon": 4.0, "dp_budget": "round"})):
+        summary = json.loads((probes / name / "summary.json").read_text())
+        ran = json.loads((probes / name / "config.json").read_text())["hparams"]
+        assert {k: ran.get(k, "run") for k in hp} == hp and ran["dp_sgd"] and summary["complete"]
+        assert f"{summary['final']['AVG']:.2f}" in note
