@@ -54,9 +54,10 @@ class RunConfig:
     hparams: dict = field(default_factory=dict)  # the method's hyperparameters (defaults from the registry)
     client_fraction: float = 1.0  # scales every client's sample count (small settings)
     eval_max: int | None = None  # caps each domain's test set (small settings)
-    # evaluate after round r when (r + 1) % eval_every == 0, and after each of the last `eval_last` rounds: LAST_K
-    # (the final and the last-5 metrics) or 1 (the final only: a table that reads the final round sets it; the
-    # summary's last5 is then null); not part of the protocol: training is the same whatever the schedule
+    # evaluate after round r when (r + 1) % eval_every == 0 (eval_every 0: never but the last rounds), and after
+    # each of the last `eval_last` rounds: LAST_K (the final and the last-5 metrics) or 1 (the final only: a table
+    # that reads the final round sets it; the summary's last5 is then null); not part of the protocol: training is
+    # the same whatever the schedule
     eval_every: int = 1
     eval_last: int = LAST_K
     executor: str = "ray"
@@ -131,8 +132,8 @@ class RunConfig:
             raise ConfigError(f"participation must be in (0, 1] (got {self.participation}).")
         if self.eval_max is not None and self.eval_max < 1:
             raise ConfigError(f"eval-max must be at least 1 (got {self.eval_max}).")
-        if self.eval_every < 1:
-            raise ConfigError(f"eval-every must be at least 1 (got {self.eval_every}).")
+        if self.eval_every < 0:
+            raise ConfigError(f"eval-every must be 0 (the last rounds alone) or more (got {self.eval_every}).")
         if self.eval_last not in (1, LAST_K):
             raise ConfigError(f"eval_last is 1 (the final round) or {LAST_K} (the last-{LAST_K} mean too), "
                               f"not {self.eval_last}.")
@@ -191,8 +192,8 @@ class RunConfig:
 
     def evaluates(self, round_idx: int) -> bool:
         """Whether the global model (or each client's) is tested after round `round_idx`: every `eval_every`-th
-        round and each of the last `eval_last` rounds, which the final (and the last-5) metrics read."""
-        return (round_idx + 1) % self.eval_every == 0 or round_idx >= self.rounds - self.eval_last
+        round (none at 0) and each of the last `eval_last` rounds, which the final (and the last-5) metrics read."""
+        return (self.eval_every > 0 and (round_idx + 1) % self.eval_every == 0) or round_idx >= self.rounds - self.eval_last
 
     def participants(self, round_idx: int, client_ids: list[int]) -> list[int]:
         """The clients that train in round `round_idx` (`benchmark.sampling.participants`)."""

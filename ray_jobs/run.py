@@ -93,8 +93,8 @@ def build_parser() -> argparse.ArgumentParser:
                         "round), the same for every method and executor (default: the preset's, else 1: every client)")
     p.add_argument("--eval-max", type=int, default=None, help="caps each domain's test set")
     p.add_argument("--eval-every", type=int, default=d["eval_every"].default,
-                   help="test after every K-th round (and after each of the last 5, which the final and last-5 "
-                        "metrics read); training is the same whatever K")
+                   help="test after every K-th round (0: none) and after each of the last 5, which the final and "
+                        "last-5 metrics read; training is the same whatever K")
     p.add_argument("--executor", default="ray", choices=["ray", "local"])
     p.add_argument("--num-actors", type=int, default=d["num_actors"].default, help="client actors (groups of clients)")
     p.add_argument("--spread", action="store_true",

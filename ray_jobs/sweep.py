@@ -273,7 +273,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--precision", default="32-true",
                     help="32-true (as the references) or bf16-mixed; part of each run's protocol (a run at another precision is run again)")
     ap.add_argument("--eval-every", type=int, default=None,
-                    help="test every run after every K-th round and the rounds the table's metric reads: the last 5, "
+                    help="test every run after every K-th round (0: none) and the rounds the table's metric reads: the last 5, "
                          "or the final one (default: the table's full-profile schedule, every round at the smoke "
                          "profile); not part of a run's protocol")
     ap.add_argument("--participation", type=float, default=None,

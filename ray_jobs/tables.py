@@ -45,7 +45,8 @@ class Table:
     # Table 10's Avg); the AVG column stays the mean over domains
     client_avg: dict | None = None
     # the full profile's evaluation schedule (`RunConfig.eval_every`): every 5th round gives the curves 10-20
-    # points over 50-100 rounds; the last 5 rounds, which the metrics read, are always evaluated
+    # points over 50-100 rounds; the rounds the metric reads are always evaluated. A grid's report reads nothing
+    # else (no curves): its runs test after those rounds alone (`overrides`)
     eval_every: int = 5
     config: dict = field(default_factory=dict)  # RunConfig fields every run of the table sets (a split, a label skew)
     # the methods whose rows the smoke profile runs (None: every row): a table beside others in a group, whose
@@ -78,11 +79,12 @@ class Table:
 
     def overrides(self, profile: str) -> dict:
         """RunConfig fields the profile sets on top of the presets: the full profile's schedule (every
-        `eval_every`-th round, and the rounds its metric reads: the last 5, or the final one), the smoke profile's
-        every round."""
+        `eval_every`-th round, none for a grid, and the rounds its metric reads: the last 5, or the final one), the
+        smoke profile's every round."""
         return {**self.config, **PROFILES[profile],
                 **(self.smoke if profile == "smoke" else
-                   {"eval_every": self.eval_every, "eval_last": 1 if self.metric == "final" else LAST_K})}
+                   {"eval_every": 0 if self.grid else self.eval_every,
+                    "eval_last": 1 if self.metric == "final" else LAST_K})}
 
 
 FPL_PRESETS = ("fpl-digits", "fpl-office")

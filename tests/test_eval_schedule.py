@@ -29,6 +29,12 @@ def test_schedule_by_hand():
     # each table's full profile: the rounds its metric reads; the smoke profile every round
     assert TABLES["fedplvm12"].overrides("full")["eval_last"] == 1 and TABLES["fedproto"].overrides("full")["eval_last"] == 1
     assert TABLES["2"].overrides("full")["eval_last"] == 5 and "eval_last" not in TABLES["fedplvm12"].overrides("smoke")
+    # eval_every 0: the rounds the metric reads alone; a grid table's report reads nothing else
+    cfg = RunConfig(rounds=50, eval_every=0, eval_last=1, executor="local")
+    assert [r for r in range(50) if cfg.evaluates(r)] == [49]
+    cfg = RunConfig(rounds=ROUNDS, eval_every=0, executor="local")
+    assert [r for r in range(ROUNDS) if cfg.evaluates(r)] == [2, 3, 4, 5, 6]
+    assert TABLES["fedplvm_fig5"].overrides("full")["eval_every"] == 0 and TABLES["fedplvm12"].overrides("full")["eval_every"] == 5
     with pytest.raises(ConfigError, match="eval_last is 1"):
         RunConfig(eval_last=3)
 
@@ -73,8 +79,8 @@ def test_a_sparse_schedule_trains_exactly_what_every_round_trains(data_root, tmp
 
 
 def test_bad_eval_every_is_one_line(capsys):
-    assert main(["--eval-every", "0", "--executor", "local"]) == 2
-    assert capsys.readouterr().err.strip() == "error: eval-every must be at least 1 (got 0)."
+    assert main(["--eval-every", "-1", "--executor", "local"]) == 2
+    assert capsys.readouterr().err.strip() == "error: eval-every must be 0 (the last rounds alone) or more (got -1)."
     with pytest.raises(ConfigError):
         RunConfig(eval_every=-1)
 
@@ -92,3 +98,7 @@ def test_a_report_says_the_schedules_its_runs_used(tmp_path):
     line = setting_line(runs[0], ["mnist"], runs)
     assert "tested after every 5th round and the final one or every 5th round and the last 5." in line
     assert "tested after every 5th round and the final one." in setting_line(runs[0], ["mnist"], runs[::2])
+    grid = RunConfig.from_preset("fedplvm-digit5", seed=3, eval_every=0, eval_last=1, out=str(tmp_path / "3"))
+    (tmp_path / "3").mkdir()
+    (tmp_path / "3" / "config.json").write_text(grid.to_json())
+    assert "tested after the final round." in setting_line(grid, ["mnist"], [grid])
