@@ -207,8 +207,8 @@ GAP_NOTES: dict[tuple[str, str, str, str], str] = {
                                 "clipping bound 1; docs/deviations.md, 37), which leaves the model at chance (10% on "
                                 "10 classes). Seed-0 probes (docs/fedplvm.md, Table 11): clipping alone at bound 1 "
                                 "stays at chance, at bound 100 learns as without DP (68.12); a budget per round "
-                                "(sigma 1.38) at bound 10 reaches 22.20. The paper's rows, 2.5 and 3 points under its "
-                                "run without DP, fit far less noise than any of these readings"
+                                "(sigma 1.38) reaches 22.20 at bound 10, 12.67 at bound 100. The paper's rows, 2.5 "
+                                "and 3 points under its run without DP, fit far less noise than any of these readings"
        for m in ("fedplvm_dp_both", "fedplvm_dp_model")},
     **{("*", ds, "fedprox", "*"): "a known difference, untested as the cause: the paper's FedProx ran RethinkFL's code, "
                                   "whose proximal term is scaled by a hard-coded 0.01 / 2 more (an effective mu of "

@@ -98,7 +98,7 @@ def test_the_feddyn_gap_note_quotes_the_papers_averages():
 
 def test_dp_gap_note_quotes_the_committed_probes():
     """FedPLVM Table 11's DP-SGD note quotes seed-0 probes: their final AVGs are those of the summaries committed in
-    results/measured/fedplvm-dp-probes/ (clipping alone at bound 100; a budget per round at bound 10), and those
+    results/measured/fedplvm-dp-probes/ (clipping alone at bound 100; a budget per round at bounds 10 and 100), and those
     summaries ran what the note says."""
     import json
     from pathlib import Path
@@ -108,7 +108,8 @@ def test_dp_gap_note_quotes_the_committed_probes():
     note = GAP_NOTES[("*", "digit5", "fedplvm_dp_model", "*")]
     probes = Path(__file__).resolve().parent.parent / "results/measured/fedplvm-dp-probes"
     for name, hp in (("clip_only_C100", {"dp_max_grad_norm": 100, "dp_epsilon": 100000, "dp_budget": "run"}),
-                     ("round_budget_C10", {"dp_max_grad_norm": 10, "dp_epsilon": 4.0, "dp_budget": "round"})):
+                     ("round_budget_C10", {"dp_max_grad_norm": 10, "dp_epsilon": 4.0, "dp_budget": "round"}),
+                     ("round_budget_C100", {"dp_max_grad_norm": 100, "dp_epsilon": 4.0, "dp_budget": "round"})):
         summary = json.loads((probes / name / "summary.json").read_text())
         ran = json.loads((probes / name / "config.json").read_text())["hparams"]
         assert {k: ran.get(k, "run") for k in hp} == hp and ran["dp_sgd"] and summary["complete"]
