@@ -288,9 +288,8 @@ def fit_local(module: ClientModule, x: torch.Tensor, y: torch.Tensor, epochs: in
               drop_last: bool = False) -> float:
     """Train `module` on the resident uint8 images `x` and labels `y`; returns the mean loss.
 
-    Under the hyperparameter `dp_sgd` the steps are DP-SGD (`lightning_modules.privacy`): Opacus's optimiser around
-    the module's, its noise multiplier for this client's `run_rounds` rounds of such fits (`dp_budget` "run") or for
-    this fit alone (`dp_budget` "round").
+    Under the hyperparameter `dp_sgd` the steps are DP-SGD (`lightning_modules.privacy.dp_sgd`: Opacus's optimiser
+    around the module's, within a budget for this fit or for the client's `run_rounds` fits).
     Raises NonFiniteLoss when any step's loss was NaN or infinite (checked once, at the end, on the sum of
     the losses, which is then non-finite: no per-step check or host sync); the caller must then discard the
     weights.
@@ -301,8 +300,8 @@ def fit_local(module: ClientModule, x: torch.Tensor, y: torch.Tensor, epochs: in
         raise no_training_step(len(y), batch_size)
     dp = None
     if private(module.hparams):
-        rounds = module.run_rounds if module.hparams.get("dp_budget", "run") == "run" else 1
-        dp = dp_sgd(module.net, optimizer, module.hparams, rounds * epochs * epoch_steps, len(y), batch_size, generator)
+        dp = dp_sgd(module.net, optimizer, module.hparams, epochs * epoch_steps, module.run_rounds, len(y), batch_size,
+                    generator)
         optimizer = dp.optimizer
     module.train()
     dtype = next(module.net.parameters()).dtype

@@ -84,11 +84,12 @@ class DPSGD:
         self.sampler._close()  # hooks removed, grad_sample attributes deleted
 
 
-def dp_sgd(net: nn.Module, optimizer: torch.optim.Optimizer, hparams, steps: int, num_samples: int, batch_size: int,
-           generator: torch.Generator) -> DPSGD:
-    """DP-SGD for a client of `num_samples` samples training `steps` steps within the budget, by the
-    hyperparameters `dp_epsilon`, `dp_delta`, `dp_max_grad_norm`; the noise generator seeded from one draw of the
-    client's `generator`."""
+def dp_sgd(net: nn.Module, optimizer: torch.optim.Optimizer, hparams, fit_steps: int, run_rounds: int,
+           num_samples: int, batch_size: int, generator: torch.Generator) -> DPSGD:
+    """DP-SGD for a fit of `fit_steps` steps by a client of `num_samples` samples, by the hyperparameters
+    `dp_epsilon`, `dp_delta`, `dp_max_grad_norm` and `dp_budget` (its budget spans `run_rounds` such fits, "run",
+    or this fit alone, "round"); the noise generator seeded from one draw of the client's `generator`."""
+    steps = fit_steps * (run_rounds if hparams.get("dp_budget", "run") == "run" else 1)
     sigma = noise_multiplier(hparams["dp_epsilon"], hparams["dp_delta"], batch_size / num_samples, steps)
     device = next(net.parameters()).device
     noise = torch.Generator(device).manual_seed(int(torch.randint(2**62, (), generator=generator)))

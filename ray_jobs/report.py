@@ -63,14 +63,22 @@ def collect(runs: list[RunConfig], metric: str = "last5") -> pd.DataFrame:
         down_bytes=("down_bytes", "mean")).reset_index()
 
 
+def schedule_words(every: int, last: int) -> str:
+    """The rounds a run with `eval_every` `every` and `eval_last` `last` tests after, in words."""
+    if every == 1:
+        return "every round"
+    final = last == 1
+    if every == 0:
+        return "the final round" if final else f"the last {last} rounds"
+    return f"every {every}th round and " + ("the final one" if final else f"the last {last}")
+
+
 def setting_line(cfg: RunConfig, domains: list[str], done: list[RunConfig] = ()) -> str:
     """A report's line on a dataset's runs: their protocol, the evaluation schedule the complete runs `done` used
     (from their config.json), and which of `domains` (those run) are stand-ins for the paper's data."""
     configs = [json.loads((Path(c.out) / "config.json").read_text()) for c in done]
     schedules = sorted({(c.get("eval_every", 1), c.get("eval_last", LAST_K)) for c in configs})
-    evaluated = " or ".join("every round" if k == 1 else ("the final round" if last == 1 else f"the last {last} rounds")
-                            if k == 0 else f"every {k}th round and " + ("the final one" if last == 1 else f"the last {last}")
-                            for k, last in schedules)
+    evaluated = " or ".join(schedule_words(every, last) for every, last in schedules)
     return (f"Preset {cfg.preset}: {cfg.rounds} rounds x {cfg.local_epochs} local epochs, batch {cfg.batch_size}, "
             f"lr {cfg.lr:g}, momentum {cfg.momentum:g}, client fraction {cfg.client_fraction:g}"
             + (f", test sets capped at {cfg.eval_max}" if cfg.eval_max else "")
