@@ -296,7 +296,7 @@ def plot_grid(run_dirs, hparam: str, stem: Path, title: str = "", formats=FORMAT
         ax.set_xlabel(hparam)
         ax.set_ylabel("accuracy (%)")
         ax.grid(alpha=0.3)
-        ax.legend(fontsize=7, ncols=len(methods), loc="upper center", bbox_to_anchor=(0.5, -0.16))
+        ax.legend(fontsize=7, ncols=len(methods), loc="upper center", bbox_to_anchor=(0.5, -0.2))  # below the axis label
     fig.suptitle(title or f"accuracy against {hparam} (mean over seeds, error bars: ± std)", fontsize=11)
     _save(fig, stem, formats)
     return data
