@@ -114,3 +114,26 @@ def test_dp_gap_note_quotes_the_committed_probes():
         ran = json.loads((probes / name / "config.json").read_text())["hparams"]
         assert {k: ran.get(k, "run") for k in hp} == hp and ran["dp_sgd"] and summary["complete"]
         assert f"{summary['final']['AVG']:.2f}" in note
+
+
+def test_fpl_lambda_note_quotes_the_committed_grid_runs():
+    """FedPLVM Table 1's FPL note: FPL's AVG of 4 at lambda 100 and our FedPLVM's gap to it and to FPL at lambda 1 are
+    the means over seeds 0-2 of the committed runs' final AVGs; the paper's gap is its Table 1 on the four domains."""
+    import json
+    from pathlib import Path
+
+    from benchmark import paper
+    from ray_jobs.tables import GAP_NOTES
+
+    runs = Path(__file__).resolve().parent.parent / "results/runs"
+
+    def avg(name):
+        return sum(json.loads((runs / f"{name}-seed{s}/summary.json").read_text())["final"]["AVG"] for s in range(3)) / 3
+
+    fpl100, fpl1, plvm = (avg(f"{m}-digit5-no_svhn-default{v}") for m, v in
+                          (("fpl", "-lambda100"), ("fpl", ""), ("fedplvm", "")))
+    four = ("mnist", "usps", "syn", "mnistm")
+    ref = {m: sum(paper.FEDPLVM_TABLE12[m]["digit5"][d] for d in four) / 4 for m in ("fpl", "fedplvm")}
+    note = GAP_NOTES[("fedplvm12", "digit5", "fpl", "AVG")]
+    for number in (fpl100, plvm - fpl100, plvm - fpl1, ref["fedplvm"] - ref["fpl"]):
+        assert f"{number:.2f}" in note
