@@ -194,6 +194,22 @@ def resnet_throughput(device, n, epochs, repeats, batch=64, ours=True):
     return tuple(n * epochs / t for t in timed(loops, device, repeats))
 
 
+def resnet_kernels(device, n, batch=64) -> tuple[float, float]:
+    """Kernels (`kernels`) per ResNet-10 step on n images of the plain loop and of fit_local: the difference between
+    two epochs and one, after one fit that allocates what a module keeps, so what a fit launches once does not
+    count. fit_local adds one a step (its running loss sum) and two an epoch (zeroing its class sums)."""
+    from benchmark.models import build_model
+
+    x = torch.randint(0, 256, (n, 3, 32, 32), dtype=torch.uint8, device=device)
+    y = torch.randint(0, 10, (n,), device=device)
+    net, module = build_model("resnet10", 10).to(device), client_module(lambda: build_model("resnet10", 10), device)
+    loops = (lambda e: plain_loop(net, x, y, e, batch, torch.Generator().manual_seed(0)),
+             lambda e: fit_local(module, x, y, e, batch, torch.Generator().manual_seed(0)))
+    steps = (n + batch - 1) // batch
+    loops[1](1)
+    return tuple((kernels(lambda: loop(2)) - kernels(lambda: loop(1))) / steps for loop in loops)
+
+
 def engine_throughput(device, method: str, sizes: list[int], epochs: int, repeats: int, precision: str = "32-true",
                       batch: int = 64, count_kernels: bool = False, compile: bool = False) -> dict[str, float]:
     """Images/s of ResNet-10 clients of the given sizes: `sequential` (fit_local one after another), `fused` (one
@@ -499,6 +515,8 @@ def main(argv=None):
     say(f"    plain PyTorch loop        {ips_plain:9.1f} images/s")
     say(f"    LightningModule fit_local {ips_ours:9.1f} images/s")
     say(f"    ratio fit_local / plain   {ips_ours / ips_plain:9.3f}   (target >= 0.98)")
+    k_plain, k_ours = resnet_kernels(device, 128)
+    say(f"    kernels per step (operators dispatched, views not counted): plain {k_plain:.1f}, fit_local {k_ours:.1f}")
     if not args.skip_ray:
         say()
         # on a GPU the driver and both actors share it (a process uses a GPU only with a share of one)

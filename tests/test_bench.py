@@ -102,6 +102,11 @@ def test_every_section_is_reported_and_saved_under_the_device_name(report):
     assert float(ratio) == printed_ratio(float(one), float(batched))
     # (2)'s ratio beside its target; (8) a FedPLVM round without and with evaluation, and the full runs' estimates
     assert re.search(r"ratio fit_local / plain +[\d.]+ +\(target >= 0\.98\)", text)
+    # the client loop's kernels: the plain loop's and, on 2 steps an epoch (128 images), one a step (its loss sum) and
+    # two an epoch (zeroing its class sums); the rest of its per-step cost over the plain loop is host time
+    kp, ko = map(float, re.search(r"kernels per step \(operators dispatched, views not counted\): plain ([\d.]+), "
+                                  r"fit_local ([\d.]+)", text).groups())
+    assert kp > 100 and ko == kp + 1 + 2 / 2
     (plain, evaluation, evaluated, ratio), = re.findall(
         r"without evaluation \(round 1\) .*round ([\d.]+)s\n.*with evaluation +\(round 2\) .*evaluation ([\d.]+)s "
         r"\(\d+%\).*round ([\d.]+)s\n +with / without +([\d.]+)", text)
