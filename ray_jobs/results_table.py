@@ -7,7 +7,8 @@ Per published table (`PUBLISHED`: the tables and domains we run, with the comman
 method our mean ± std over seeds of the table's metric on every domain run, beside the paper's value, the AVG's
 difference, the seeds, rows not run and domains whose data is missing; Kendall's tau between our AVG order of the
 methods and the paper's; when, on what and with which command the runs were made, their wall times, and a link to
-the full report (`make table...` writes it). tests/test_results_table.py checks that README.md holds exactly what
+the full report (`make table...` writes it). A grid (FedPLVM's Figures 4 and 5, plots without numbers in the paper):
+per dataset and method our AVG by the grid's value, with its figure. tests/test_results_table.py checks that README.md holds exactly what
 this prints.
 """
 from __future__ import annotations
@@ -24,8 +25,10 @@ from scipy.stats import kendalltau
 from benchmark import paper
 from benchmark.data import DATASETS
 from benchmark.fewshot import SHOTS
+from benchmark.figures import grid_data
 from benchmark.provenance import hardware_label
 from benchmark.results import read_summary, run_complete
+from lightning_modules.registry import METHODS
 from ray_jobs import report_fedproto
 from ray_jobs.plan import plan
 from ray_jobs.report import collect
@@ -39,7 +42,8 @@ OFFLINE_DIGITS = ["mnist", "usps", "syn", "mnistm"]
 PUBLISHED: list[tuple[str, list[str] | None]] = [
     ("2", OFFLINE_DIGITS), ("fedplvm12", OFFLINE_DIGITS), ("fedplvm3", OFFLINE_DIGITS), ("fedplvm4", OFFLINE_DIGITS),
     ("fedplvm5", OFFLINE_DIGITS), ("fedplvm78", OFFLINE_DIGITS), ("fedplvm9", OFFLINE_DIGITS), ("fedplvm10", OFFLINE_DIGITS),
-    ("fedplvm11", OFFLINE_DIGITS), ("fedplvm_t12", OFFLINE_DIGITS), ("fedproto", None),
+    ("fedplvm11", OFFLINE_DIGITS), ("fedplvm_t12", OFFLINE_DIGITS), ("fedplvm_fig4a", OFFLINE_DIGITS),
+    ("fedplvm_fig4b", OFFLINE_DIGITS), ("fedplvm_fig5", OFFLINE_DIGITS), ("fedproto", None),
 ]
 MISSING_DATA = {"svhn": "SVHN: only 1,083 of its training images and no test set are available offline",
                 "domainnet": "DomainNet is not available offline"}
@@ -132,6 +136,34 @@ def domain_table(table: str, runs_planned, domains: list[str] | None) -> list[st
     return out
 
 
+def grid_table(table: str, runs_planned) -> list[str]:
+    """A grid table's AVG (mean ± std over seeds) per dataset, method and value; the method's default marked."""
+    spec = TABLES[table]
+    hparam, values = spec.grid
+    runs = [c for c in runs_planned if run_complete(c)]
+    if not runs:
+        return [f"### {spec.title}", "", f"Not run yet: `make {make_target(table)}`.", ""]
+    data = grid_data([Path(c.out) for c in runs], hparam, spec.metric, domains=("AVG",)).set_index(
+        ["dataset", "method", "value"])
+    name = report_name(table)
+    out = [f"### {spec.title}", "", f"A plot without numbers in the paper; ours: the AVG over the domains run, "
+           f"{METRICS[spec.metric]}, mean ± std over seeds, by {hparam} (* the method's default, its Table 1-2 run); "
+           + provenance_line(runs, table, OFFLINE_DIGITS), "",
+           f"| dataset | method | " + " | ".join(f"{hparam} {v:g}" for v in values) + " |", "|---|---|" + "---|" * len(values)]
+    for ds, m in dict.fromkeys((c.dataset, c.method) for c in runs_planned):
+        cells = []
+        for v in values:
+            if (ds, m, v) not in data.index:
+                cells.append("not run")
+                continue
+            row = data.loc[(ds, m, v)]
+            cells.append(f"{row['mean']:.2f}" + ("" if np.isnan(row["std"]) else f" ± {row['std']:.2f}")
+                         + ("" if row["seeds"] == len(spec.seeds) else f" ({row['seeds']} seeds)")
+                         + (" *" if v == METHODS[m].defaults[hparam] else ""))
+        out.append(f"| {NAMES[ds]} | {m} | " + " | ".join(cells) + " |")
+    return out + ["", f"![{spec.title}](results/figures/{name}/grid.png)", ""]
+
+
 def fedproto_table(runs_planned) -> list[str]:
     """Tables 1 and 2 (k = 100); Figure 3's runs (other k) are in the table's own report."""
     spec = TABLES["fedproto"]
@@ -169,7 +201,8 @@ def section(results_dir: Path = Path("results"), data_root: str | None = None) -
              "report, with figures and what we know of each gap of more than 2 points, is linked below it.", ""]
     for table, domains in PUBLISHED:
         runs = plan(table, "full", domains, results_dir, data_root)
-        lines += fedproto_table(runs) if table == "fedproto" else domain_table(table, runs, domains)
+        lines += (fedproto_table(runs) if table == "fedproto" else grid_table(table, runs) if TABLES[table].grid
+                  else domain_table(table, runs, domains))
     return "\n".join([*lines, END])
 
 

@@ -137,3 +137,14 @@ def test_fpl_lambda_note_quotes_the_committed_grid_runs():
     note = GAP_NOTES[("fedplvm12", "digit5", "fpl", "AVG")]
     for number in (fpl100, plvm - fpl100, plvm - fpl1, ref["fedplvm"] - ref["fpl"]):
         assert f"{number:.2f}" in note
+
+
+def test_a_grid_cell_is_the_mean_and_std_of_its_seeds_summaries():
+    """Figure 4 right's FedPLVM row, read here from the summary files without the project's code: lambda 10 from its
+    own runs, lambda 100 (FedPLVM's default, starred) from Table 1's."""
+    readme = (ROOT / "README.md").read_text()
+    row = next(line for line in readme.splitlines() if line.startswith("| Digit-5 | fedplvm | ") and line.count("|") == 7)
+    for run, star in (("fedplvm-digit5-no_svhn-default-lambda10", ""), ("fedplvm-digit5-no_svhn-default", " *")):
+        avg = [json.loads((ROOT / f"results/runs/{run}-seed{s}/summary.json").read_text())["final"]["AVG"]
+               for s in (0, 1, 2)]
+        assert f"| {np.mean(avg):.2f} ± {np.std(avg, ddof=1):.2f}{star} |" in row
