@@ -179,34 +179,36 @@ def loop_overhead(device, n=640, epochs=5, repeats=15):
     return steps, t_plain, t_ours, t_trainer
 
 
-def resnet_throughput(device, n, epochs, repeats, batch=64, ours=True):
-    """Images/s of ResNet-10 training on n images in batches of `batch`: the plain loop's and (`ours`) fit_local's."""
+def resnet_loops(device, n, batch=64, ours=True) -> list:
+    """ResNet-10 (channels_last, as the runs') training on n random images in batches of `batch`: functions of the
+    epochs running the plain loop and (`ours`) fit_local on a client module, each on its own model."""
     from benchmark.models import build_model
 
-    resnet10 = lambda: build_model("resnet10", 10)  # noqa: E731  (channels_last, as the runs')
+    resnet10 = lambda: build_model("resnet10", 10)  # noqa: E731
     x = torch.randint(0, 256, (n, 3, 32, 32), dtype=torch.uint8, device=device)
     y = torch.randint(0, 10, (n,), device=device)
     net = resnet10().to(device)
-    loops = [lambda: plain_loop(net, x, y, epochs, batch, torch.Generator().manual_seed(0))]
+    loops = [lambda epochs: plain_loop(net, x, y, epochs, batch, torch.Generator().manual_seed(0))]
     if ours:
         module = client_module(resnet10, device)
-        loops.append(lambda: fit_local(module, x, y, epochs, batch, torch.Generator().manual_seed(0)))
-    return tuple(n * epochs / t for t in timed(loops, device, repeats))
+        loops.append(lambda epochs: fit_local(module, x, y, epochs, batch, torch.Generator().manual_seed(0)))
+    return loops
+
+
+def resnet_throughput(device, n, epochs, repeats, batch=64, ours=True):
+    """Images/s of ResNet-10 training on n images in batches of `batch`: the plain loop's and (`ours`) fit_local's."""
+    loops = resnet_loops(device, n, batch, ours)
+    return tuple(n * epochs / t for t in timed([lambda f=f: f(epochs) for f in loops], device, repeats))
 
 
 def resnet_kernels(device, n, batch=64) -> tuple[float, float]:
     """Kernels (`kernels`) per ResNet-10 step on n images of the plain loop and of fit_local: the difference between
     two epochs and one, after one fit that allocates what a module keeps, so what a fit launches once does not
-    count. fit_local adds one a step (its running loss sum) and two an epoch (zeroing its class sums)."""
-    from benchmark.models import build_model
-
-    x = torch.randint(0, 256, (n, 3, 32, 32), dtype=torch.uint8, device=device)
-    y = torch.randint(0, 10, (n,), device=device)
-    net, module = build_model("resnet10", 10).to(device), client_module(lambda: build_model("resnet10", 10), device)
-    loops = (lambda e: plain_loop(net, x, y, e, batch, torch.Generator().manual_seed(0)),
-             lambda e: fit_local(module, x, y, e, batch, torch.Generator().manual_seed(0)))
-    steps = (n + batch - 1) // batch
+    count. On the CPU fit_local adds one a step (its running loss sum) and two an epoch (zeroing its class sums); on
+    a GPU the plain loop also copies each step's indices to it (fit_local draws them there, once an epoch)."""
+    loops = resnet_loops(device, n, batch)
     loops[1](1)
+    steps = (n + batch - 1) // batch
     return tuple((kernels(lambda: loop(2)) - kernels(lambda: loop(1))) / steps for loop in loops)
 
 

@@ -25,6 +25,13 @@ from ray_jobs.run import RunError
 from ray_jobs.tables import METRICS, TABLES, make_target, report_name
 
 
+def grid_cell(mean: float, std: float, seeds: int, planned: int) -> str:
+    """A grid cell: the mean ± std over seeds (no ± for one seed), "(n seeds)" where fewer ran than planned."""
+    seeds = int(seeds)
+    return (f"{mean:.2f}" + ("" if np.isnan(std) else f" ± {std:.2f}")
+            + ("" if seeds == planned else f" ({seeds} seed{'s' * (seeds > 1)})"))
+
+
 def report(table: str, profile: str, runs: list[RunConfig], results_dir: Path) -> tuple[pd.DataFrame, dict]:
     """results_dir/table<name>.md and .csv, and the grid figure; returns the report's cells and the figures. Every
     planned (method, value) has a row; those without a complete run say "not run"."""
@@ -70,8 +77,7 @@ def report(table: str, profile: str, runs: list[RunConfig], results_dir: Path) -
                     row = data.loc[(ds, m, v, d)]
                     std = None if np.isnan(row["std"]) else float(row["std"])
                     n = int(row["seeds"])
-                    cells.append(f"{row['mean']:.2f}" + ("" if std is None else f" ± {std:.2f}")
-                                 + ("" if n == planned_seeds else f" ({n} seed{'s' * (n > 1)})"))
+                    cells.append(grid_cell(row["mean"], row["std"], n, planned_seeds))
                     csv_rows.append({"table": table, "profile": profile, "dataset": ds, "method": m, "hparam": hparam,
                                      "value": v, "default": v == defaults[m], "domain": d if d != "AVG" else avg,
                                      "ours_mean": round(float(row["mean"]), 4),

@@ -7,8 +7,8 @@ Per published table (`PUBLISHED`: the tables and domains we run, with the comman
 method our mean ± std over seeds of the table's metric on every domain run, beside the paper's value, the AVG's
 difference, the seeds, rows not run and domains whose data is missing; Kendall's tau between our AVG order of the
 methods and the paper's; when, on what and with which command the runs were made, their wall times, and a link to
-the full report (`make table...` writes it). A grid (FedPLVM's Figures 4 and 5, plots without numbers in the paper):
-per dataset and method our AVG by the grid's value, with its figure. tests/test_results_table.py checks that README.md holds exactly what
+the full report (`make table...` writes it). A grid (FedPLVM's Figures 4 and 5, plots without numbers in the
+paper): per dataset and method our AVG by the grid's value, with its figure. tests/test_results_table.py checks that README.md holds exactly what
 this prints.
 """
 from __future__ import annotations
@@ -30,6 +30,7 @@ from benchmark.provenance import hardware_label
 from benchmark.results import read_summary, run_complete
 from lightning_modules.registry import METHODS
 from ray_jobs import report_fedproto
+from ray_jobs.report_grid import grid_cell
 from ray_jobs.plan import plan
 from ray_jobs.report import collect
 from ray_jobs.tables import METRICS, TABLES, make_target, report_name
@@ -78,7 +79,7 @@ def provenance_line(runs, table: str, domains: list[str] | None) -> str:
         cmd += f" {var}={most}" if most != default else ""
         differ += [f"{var}={v} for {', '.join(sorted({m for m, w in made if w == v}))}"
                    for v in sorted({v for _, v in made} - {most})]
-    return (f"{len(runs)} runs, {', '.join(dates)}; {'; '.join(hw)}; wall time per run {min(wall) / 60:.1f} to "
+    return (f"{len(runs)} runs, {', '.join(dates)}; {' / '.join(hw)}; wall time per run {min(wall) / 60:.1f} to "
             f"{max(wall) / 60:.1f} min" + (" (some shared the GPU with other runs)" if shared else "")
             + f"; `{cmd}`" + (f" ({'; '.join(differ)})" if differ else "")
             + f"; report: [results/{report_name(table)}.md](results/{report_name(table)}.md).")
@@ -136,7 +137,7 @@ def domain_table(table: str, runs_planned, domains: list[str] | None) -> list[st
     return out
 
 
-def grid_table(table: str, runs_planned) -> list[str]:
+def grid_table(table: str, runs_planned, domains: list[str] | None) -> list[str]:
     """A grid table's AVG (mean ± std over seeds) per dataset, method and value; the method's default marked."""
     spec = TABLES[table]
     hparam, values = spec.grid
@@ -145,23 +146,18 @@ def grid_table(table: str, runs_planned) -> list[str]:
         return [f"### {spec.title}", "", f"Not run yet: `make {make_target(table)}`.", ""]
     data = grid_data([Path(c.out) for c in runs], hparam, spec.metric, domains=("AVG",)).set_index(
         ["dataset", "method", "value"])
-    name = report_name(table)
-    out = [f"### {spec.title}", "", f"A plot without numbers in the paper; ours: the AVG over the domains run, "
-           f"{METRICS[spec.metric]}, mean ± std over seeds, by {hparam} (* the method's default, its Table 1-2 run); "
-           + provenance_line(runs, table, OFFLINE_DIGITS), "",
-           f"| dataset | method | " + " | ".join(f"{hparam} {v:g}" for v in values) + " |", "|---|---|" + "---|" * len(values)]
+    out = [f"### {spec.title}", "",
+           f"A plot without numbers in the paper; ours: the AVG over the domains run, {METRICS[spec.metric]}, mean ± "
+           f"std over seeds, by {hparam} (* the method's default, its Table 1-2 run); "
+           + provenance_line(runs, table, domains), "",
+           "| dataset | method | " + " | ".join(f"{hparam} {v:g}" for v in values) + " |",
+           "|---|---|" + "---|" * len(values)]
     for ds, m in dict.fromkeys((c.dataset, c.method) for c in runs_planned):
-        cells = []
-        for v in values:
-            if (ds, m, v) not in data.index:
-                cells.append("not run")
-                continue
-            row = data.loc[(ds, m, v)]
-            cells.append(f"{row['mean']:.2f}" + ("" if np.isnan(row["std"]) else f" ± {row['std']:.2f}")
-                         + ("" if row["seeds"] == len(spec.seeds) else f" ({row['seeds']} seeds)")
-                         + (" *" if v == METHODS[m].defaults[hparam] else ""))
+        cells = [(grid_cell(*data.loc[(ds, m, v), ["mean", "std", "seeds"]], len(spec.seeds))
+                  + (" *" if v == METHODS[m].defaults[hparam] else "")) if (ds, m, v) in data.index else "not run"
+                 for v in values]
         out.append(f"| {NAMES[ds]} | {m} | " + " | ".join(cells) + " |")
-    return out + ["", f"![{spec.title}](results/figures/{name}/grid.png)", ""]
+    return out + ["", f"![{spec.title}](results/figures/{report_name(table)}/grid.png)", ""]
 
 
 def fedproto_table(runs_planned) -> list[str]:
@@ -201,8 +197,12 @@ def section(results_dir: Path = Path("results"), data_root: str | None = None) -
              "report, with figures and what we know of each gap of more than 2 points, is linked below it.", ""]
     for table, domains in PUBLISHED:
         runs = plan(table, "full", domains, results_dir, data_root)
-        lines += (fedproto_table(runs) if table == "fedproto" else grid_table(table, runs) if TABLES[table].grid
-                  else domain_table(table, runs, domains))
+        if table == "fedproto":
+            lines += fedproto_table(runs)
+        elif TABLES[table].grid:
+            lines += grid_table(table, runs, domains)
+        else:
+            lines += domain_table(table, runs, domains)
     return "\n".join([*lines, END])
 
 
