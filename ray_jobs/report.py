@@ -70,7 +70,8 @@ def schedule_words(every: int, last: int) -> str:
     final = last == 1
     if every == 0:
         return "the final round" if final else f"the last {last} rounds"
-    return f"every {every}th round and " + ("the final one" if final else f"the last {last}")
+    nth = f"{every}{'th' if every % 100 in (11, 12, 13) else {1: 'st', 2: 'nd', 3: 'rd'}.get(every % 10, 'th')}"
+    return f"every {nth} round and " + ("the final one" if final else f"the last {last}")
 
 
 def setting_line(cfg: RunConfig, domains: list[str], done: list[RunConfig] = ()) -> str:

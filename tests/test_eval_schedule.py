@@ -102,3 +102,14 @@ def test_a_report_says_the_schedules_its_runs_used(tmp_path):
     (tmp_path / "3").mkdir()
     (tmp_path / "3" / "config.json").write_text(grid.to_json())
     assert "tested after the final round." in setting_line(grid, ["mnist"], [grid])
+
+
+@pytest.mark.parametrize("every, last, words", [
+    (1, 5, "every round"), (0, 1, "the final round"), (0, 5, "the last 5 rounds"),
+    (2, 1, "every 2nd round and the final one"), (3, 5, "every 3rd round and the last 5"),
+    (5, 1, "every 5th round and the final one"), (12, 1, "every 12th round and the final one"),
+    (21, 1, "every 21st round and the final one")])
+def test_schedule_words(every, last, words):
+    from ray_jobs.report import schedule_words
+
+    assert schedule_words(every, last) == words
