@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import matplotlib
 import numpy as np
 import pandas as pd
 from matplotlib.backends.backend_agg import FigureCanvasAgg
@@ -25,6 +26,10 @@ from benchmark.protocols import DATASET_SPECS
 from benchmark.results import FEATURES_FILE, LATER_HPARAMS, MODEL_FILE, read_jsonl
 
 FORMATS = ("png", "svg")
+# byte-stable files: an SVG carries no date and hashes its ids with a fixed salt (matplotlib's default salt is
+# random), so drawing a report's figures again changes a file only when what it shows changed
+SAVE_METADATA = {"svg": {"Date": None}}
+SVG_SALT = "fedproto-bench"
 DEMO_RUNS = ("demo-fedavg-office_caltech", "demo-fpl-office_caltech")
 MARKERS = "osD^vP*X"
 PROTOTYPE_MARKERS = {"local prototype": ("o", 45), "global prototype": ("*", 260)}  # t-SNE: marker, size
@@ -49,7 +54,8 @@ def _save(fig: Figure, stem: Path, formats=FORMATS) -> list[Path]:
     for fmt in formats:
         path = stem.with_name(f"{stem.name}.{fmt}")
         tmp = path.with_name(f".{path.name}.tmp")
-        fig.savefig(tmp, format=fmt, dpi=100, bbox_inches="tight")
+        with matplotlib.rc_context({"svg.hashsalt": SVG_SALT}):
+            fig.savefig(tmp, format=fmt, dpi=100, bbox_inches="tight", metadata=SAVE_METADATA.get(fmt))
         tmp.replace(path)  # never a half-written figure
         paths.append(path)
     return paths

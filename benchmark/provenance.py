@@ -56,11 +56,14 @@ def cpu_model() -> str:
 
 
 def describe_process(device) -> dict:
-    """This process's machine: host, pid, CPU model and count, the torch device and its GPU model."""
+    """This process's machine: host, pid, CPU model and count, torch's CPU threads, the machine's 1-minute load
+    average when the run started (what else ran beside it), the torch device and its GPU model. The threads and
+    the load make run times comparable across sessions: a sweep worker of `--parallel 2` on 2 cores trains on 1."""
     import torch
 
     gpu = torch.cuda.get_device_name(device) if device.type == "cuda" else None
     return {"host": socket.gethostname(), "pid": os.getpid(), "cpu": cpu_model(), "cpu_count": os.cpu_count(),
+            "torch_threads": torch.get_num_threads(), "load_1min": round(os.getloadavg()[0], 2),
             "device": str(device), "gpu": gpu, "visible_gpus": torch.cuda.device_count() if torch.cuda.is_available() else 0}
 
 

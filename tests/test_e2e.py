@@ -177,6 +177,7 @@ def test_config_records_provenance(runs, full_digits_root):
     for p in [prov["driver"], *prov["actors"]]:
         assert p["host"] == socket.gethostname() and p["device"] == "cpu" and p["gpu"] is None
         assert p["cpu_count"] == os.cpu_count() and p["pid"] != os.getpid()
+        assert p["torch_threads"] == 1 and p["load_1min"] >= 0  # driver_cpus, cpus_per_actor: 1 each
     assert {a["engine"] for a in prov["actors"]} == {"sequential"}
 
 

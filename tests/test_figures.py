@@ -97,6 +97,18 @@ def test_bars_plot_the_last5_means_beside_the_paper(constructed, tmp_path):
             assert row["paper"] == pytest.approx(ref)
 
 
+def test_drawing_again_writes_the_same_bytes(constructed, tmp_path):
+    """A redraw from unchanged runs leaves every file as it was: no date in the SVG, and its clip-path ids hashed
+    with a fixed salt (matplotlib's default salt is random per process and per file)."""
+    dirs = [d for d, _ in constructed.values()]
+    figures.plot_bars(dirs, paper.TABLE2, tmp_path / "a" / "bars")
+    figures.plot_bars(dirs, paper.TABLE2, tmp_path / "b" / "bars")
+    for fmt in figures.FORMATS:
+        first, second = ((tmp_path / x / f"bars.{fmt}").read_bytes() for x in "ab")
+        assert first == second, fmt
+    assert b"<dc:date>" not in (tmp_path / "a" / "bars.svg").read_bytes()
+
+
 def test_regenerate_redraws_a_report_from_its_run_folders(constructed, tmp_path, capsys):
     names = sorted(d.name for d, _ in constructed.values())
     (tmp_path / "table1.md").write_text("# FPL Table 1: reproduction (smoke profile)\n\n" + cli.RUNS_LINE + ", ".join(names) + "\n")

@@ -32,8 +32,12 @@ def worker_log(run_dir: Path) -> tuple[int, datetime, datetime]:
     return int(lines[0][0]), datetime.fromisoformat(lines[0][2]), datetime.fromisoformat(lines[1][2])
 
 
+def provenance(run_dir: Path) -> dict:
+    return json.loads((run_dir / "config.json").read_text())["provenance"]
+
+
 def driver_pid(run_dir: Path) -> int:
-    return json.loads((run_dir / "config.json").read_text())["provenance"]["driver"]["pid"]
+    return provenance(run_dir)["driver"]["pid"]
 
 
 def test_parallel_2_gives_the_numbers_of_one_run_at_a_time_with_both_in_flight(data_root, tmp_path, capsys,
@@ -64,6 +68,8 @@ def test_parallel_2_gives_the_numbers_of_one_run_at_a_time_with_both_in_flight(d
     (pid_a, start_a, end_a), (pid_b, start_b, end_b) = (worker_log(tmp_path / "two" / "runs" / n) for n in RUNS)
     assert len({pid_a, pid_b, os.getpid()}) == 3
     assert [driver_pid(tmp_path / "two" / "runs" / n) for n in RUNS] == [pid_a, pid_b]  # the run was in the worker
+    for n in RUNS:  # each run says how many CPU threads it trained on: its driver_cpus' (1), in or out of a worker
+        assert [provenance(tmp_path / x / "runs" / n)["driver"]["torch_threads"] for x in ("one", "two")] == [1, 1]
     assert start_a < end_b and start_b < end_a, "the two runs were not in flight at the same time"
     assert main([*args, "--results-dir", str(tmp_path / "two"), "--parallel", "0"]) == 2
     err = capsys.readouterr().err
