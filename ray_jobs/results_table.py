@@ -8,8 +8,8 @@ method our mean ± std over seeds of the table's metric on every domain run, bes
 difference, the seeds, rows not run and domains whose data is missing; Kendall's tau between our AVG order of the
 methods and the paper's; when, on what and with which command the runs were made, their wall times, and a link to
 the full report (`make table...` writes it). A grid (FedPLVM's Figures 4 and 5, plots without numbers in the
-paper): per dataset and method our AVG by the grid's value, with its figure. tests/test_results_table.py checks that README.md holds exactly what
-this prints.
+paper): per dataset and method our AVG by the grid's value, with its figure. tests/test_results_table.py checks
+that README.md holds exactly what this prints.
 """
 from __future__ import annotations
 
@@ -30,9 +30,9 @@ from benchmark.provenance import hardware_label
 from benchmark.results import read_summary, run_complete
 from lightning_modules.registry import METHODS
 from ray_jobs import report_fedproto
-from ray_jobs.report_grid import grid_cell
 from ray_jobs.plan import plan
 from ray_jobs.report import collect
+from ray_jobs.report_grid import grid_cell
 from ray_jobs.tables import METRICS, TABLES, make_target, report_name
 
 README = Path(__file__).resolve().parent.parent / "README.md"
