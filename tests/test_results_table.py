@@ -69,7 +69,10 @@ def test_the_command_names_the_settings_most_runs_used_and_the_runs_that_differ(
     """Table 2's GPU runs: the engine most of them recorded in the command, the others named after it (MOON's
     H100 seed 0 ran the sequential engine; the H200 runs of 2026-11-26 ran `--engine auto`, fused on CUDA), read
     here from the config files."""
+    from benchmark import paper
+
     cfgs = [json.loads(p.read_text()) for p in (ROOT / "results/runs").glob("*-office_caltech-default-seed*/config.json")]
+    cfgs = [c for c in cfgs if c["method"] in paper.TABLE2]  # Table 2's rows (Table 1's ablation runs share the folder)
     engines = {}
     for c in cfgs:
         engines.setdefault(c["engine"], set()).add(c["method"])
