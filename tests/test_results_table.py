@@ -38,6 +38,7 @@ def test_every_report_lists_the_committed_runs_of_its_table(data_root):
     """Each published table's report (results/table*.md, written by its sweep's `--report-only`) was made from the
     complete run folders committed now: a run harvested later without a new report leaves it stale."""
     from benchmark.results import run_complete
+    from ray_jobs.figures import RUNS_LINE
     from ray_jobs.plan import plan
     from ray_jobs.tables import report_name
 
@@ -45,8 +46,8 @@ def test_every_report_lists_the_committed_runs_of_its_table(data_root):
         runs = sorted(Path(c.out).name for c in plan(table, "full", domains, ROOT / "results", str(data_root))
                       if run_complete(c))
         report = (ROOT / "results" / f"{report_name(table)}.md").read_text()
-        listed = next(line for line in report.splitlines() if line.startswith("Runs: "))
-        assert sorted(listed.removeprefix("Runs: ").split(", ")) == runs, \
+        listed = next(line for line in report.splitlines() if line.startswith(RUNS_LINE))
+        assert sorted(listed.removeprefix(RUNS_LINE).split(", ")) == runs, \
             f"results/{report_name(table)}.md is stale: run its sweep with --report-only"
 
 
