@@ -170,8 +170,8 @@ def fedproto_table(runs_planned) -> list[str]:
         return [f"### {spec.title}", "", "Not run yet: `make table-fedproto`.", ""]
     df = report_fedproto.collect(runs)
     ways = report_fedproto.WAYS
-    out = [f"### {spec.title}", "", "Final-round accuracy, mean over clients (paper, ± over clients); ours over clients "
-           "in brackets after ±. " + provenance_line(runs, "fedproto", None), "",
+    out = [f"### {spec.title}", "", "Final-round accuracy (%), the mean over clients ± their std, ours (the "
+           f"paper's); seeds {', '.join(map(str, spec.seeds))}. " + provenance_line(runs, "fedproto", None), "",
            "| method | stdev | " + " | ".join(f"n = {w}" for w in ways) + " |", "|---|---|" + "---|" * len(ways)]
     ours_mean, paper_mean = {}, {}
     for sd in report_fedproto.STDEVS:

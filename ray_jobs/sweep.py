@@ -55,7 +55,8 @@ RESUME_HINT = "run the same sweep command again (it resumes its interrupted runs
 
 def concurrency(todo: list[RunConfig], asked: int | None) -> tuple[int, str]:
     """How many of these runs go at once, and why (the sweep's plan line says it)."""
-    n, why = (ray_concurrency if todo[0].executor == "ray" else local_concurrency)(todo[0], asked)
+    c = todo[0]
+    n, why = ray_concurrency(c, asked) if c.executor == "ray" else local_concurrency(c, asked, len(todo))
     return min(n, len(todo)), why
 
 
@@ -75,8 +76,9 @@ def ray_concurrency(c: RunConfig, asked: int | None) -> tuple[int, str]:
     return min(asked or fit, fit), why
 
 
-def local_concurrency(c: RunConfig, asked: int | None) -> tuple[int, str]:
-    """--parallel, else 1 without a GPU and GPU_PARALLEL on one: on one H100, 4 Office-Caltech runs at once took 314
+def local_concurrency(c: RunConfig, asked: int | None, runs: int) -> tuple[int, str]:
+    """--parallel, else 1 without a GPU (the plan line then says how many of the `runs` would fit the CPU threads) and
+    GPU_PARALLEL on one: on one H100, 4 Office-Caltech runs at once took 314
     to 342 s each against 261 s for FPL alone, about 3x the throughput of one at a time, and 7 at once 2.5 to 3x
     (2026-11-24, results/perf/h100-2026-11-24/README.md); more runs only add GPU memory and CPU contention."""
     if asked:
@@ -86,6 +88,10 @@ def local_concurrency(c: RunConfig, asked: int | None) -> tuple[int, str]:
                                     "on an H100; --parallel N to change")
     else:
         asked, why = 1, "default without a GPU; --parallel N to change"
+        cpus = os.cpu_count() or 1
+        fit = min(runs, cpus // max(1, math.ceil(max(c.cpus_per_actor, c.driver_cpus))))
+        if fit > 1:  # an in-process run trains on its actors' threads (1 by default) and leaves the others idle
+            why += f"; --parallel {fit} would run {fit} at once on this machine's {cpus} CPU threads, same numbers"
     if asked > 1:
         why += f"; worker processes of at most {worker_threads(asked)} CPU thread(s) each, output in <run folder>/run.log"
     return asked, why
