@@ -8,8 +8,9 @@ method our mean ± std over seeds of the table's metric on every domain run, bes
 difference, the seeds, rows not run and domains whose data is missing; Kendall's tau between our AVG order of the
 methods and the paper's; when, on what and with which command the runs were made, their wall times, and a link to
 the full report (`make table...` writes it). A grid (FedPLVM's Figures 4 and 5, plots without numbers in the
-paper): per dataset and method our AVG by the grid's value, with its figure. tests/test_results_table.py checks
-that README.md holds exactly what this prints.
+paper): per dataset and method our AVG by the grid's value, with its figure. Last, the registered tables not
+published yet, with how many of their runs are complete. tests/test_results_table.py checks that README.md holds
+exactly what this prints.
 """
 from __future__ import annotations
 
@@ -204,7 +205,22 @@ def section(results_dir: Path = Path("results"), data_root: str | None = None) -
             lines += grid_table(table, runs, domains)
         else:
             lines += domain_table(table, runs, domains)
-    return "\n".join([*lines, END])
+    return "\n".join([*lines, *unpublished(results_dir, data_root), END])
+
+
+def unpublished(results_dir: Path, data_root: str | None) -> list[str]:
+    """The registered tables not above (but `all`, which reruns the others' methods), with how many of their runs
+    are complete (some shared with the tables above) and the command that makes them."""
+    tables = [t for t in TABLES if t not in dict(PUBLISHED) and t != "all"]
+    if not tables:
+        return []
+    cells = []
+    for t in tables:
+        runs = plan(t, "full", OFFLINE_DIGITS, results_dir, data_root)
+        cells.append(f"{TABLES[t].title}: {sum(map(run_complete, runs))} of its {len(runs)} runs complete "
+                     f"(`make {make_target(t)}`)")
+    return ["### Not reported yet", "", "Registered tables without a section here yet (each one's time: [Make "
+            "targets](#make-targets)): " + "; ".join(cells) + ".", ""]
 
 
 def replace_section(readme: str, new: str) -> str:

@@ -51,6 +51,29 @@ def test_every_report_lists_the_committed_runs_of_its_table(data_root):
             f"results/{report_name(table)}.md is stale: run its sweep with --report-only"
 
 
+def test_the_tables_not_reported_say_how_many_of_their_runs_are_complete(data_root):
+    """Every registered table is a section or in the closing "not reported yet" line, which counts its complete runs
+    (here: the run folders with a summary.json, named by hand) out of its planned ones."""
+    from benchmark import paper
+    from ray_jobs.tables import TABLES
+
+    line = results_table.section(ROOT / "results", str(data_root)).split("### Not reported yet")[1]
+    assert {t for t in TABLES if TABLES[t].title in line} == set(TABLES) - set(dict(results_table.PUBLISHED)) - {"all"}
+
+    def complete(names):
+        return sum((ROOT / "results" / "runs" / n / "summary.json").is_file() for n in names)
+
+    t3 = [f"{m}-{ds}-seed{s}" for m, datasets in (("fpl_upcr_global", ("digits-no_svhn-code", "office_caltech-default")),
+                                                  ("fpl_upcr_only", ("digits-no_svhn-code", "office_caltech-default")),
+                                                  ("fpl_cpcl_only", ("office_caltech-default",)),
+                                                  ("fpl_cpcl_global", ("office_caltech-default",)))
+          for ds in datasets for s in (0, 1, 2)]
+    assert f"{TABLES['3'].title}: {complete(t3)} of its 18 runs complete (`make table3`)" in line
+    fedapc = len(paper.FEDAPC) * 2 * 3  # methods x {Digits, Office-Caltech} x seeds
+    done = complete(d.name for d in (ROOT / "results" / "runs").glob("*-fedapc-seed*"))
+    assert f"{TABLES['fedapc'].title}: {done} of its {fedapc} runs complete (`make table-fedapc`)" in line
+
+
 def test_kendall_tau_by_hand():
     # ours a > b > c > d, paper a > c > b > d: one discordant pair of six -> (5 - 1) / 6
     line = results_table.tau({"a": 4, "b": 3, "c": 2, "d": 1}, {"a": 4, "b": 2, "c": 3, "d": 1})
