@@ -78,9 +78,9 @@ def ray_concurrency(c: RunConfig, asked: int | None) -> tuple[int, str]:
 
 def local_concurrency(c: RunConfig, asked: int | None, runs: int) -> tuple[int, str]:
     """--parallel, else 1 without a GPU (the plan line then says how many of the `runs` would fit the CPU threads) and
-    GPU_PARALLEL on one: on one H100, 4 Office-Caltech runs at once took 314
-    to 342 s each against 261 s for FPL alone, about 3x the throughput of one at a time, and 7 at once 2.5 to 3x
-    (2026-11-24, results/perf/h100-2026-11-24/README.md); more runs only add GPU memory and CPU contention."""
+    GPU_PARALLEL on one: on one H100, 4 Office-Caltech runs at once took 314 to 342 s each against 261 s for FPL
+    alone, about 3x the throughput of one at a time, and 7 at once 2.5 to 3x (2026-11-24,
+    results/perf/h100-2026-11-24/README.md); more runs only add GPU memory and CPU contention."""
     if asked:
         why = f"--parallel {asked}"
     elif c.device != "cpu" and torch.cuda.is_available():
