@@ -2,7 +2,8 @@
 
 `run_provenance` goes into config.json (with the verified data checksums and what the
 driver and each client actor report of their process: `describe_process`); the sweep
-report lists the commits and hardware of its runs (`commit_label`, `hardware_label`).
+report lists the commits and hardware of its runs (`commit_label`, `hardware_label`);
+`peak_memory` is what each process reports of its memory at the run's end (summary.json).
 """
 from __future__ import annotations
 
@@ -65,6 +66,28 @@ def describe_process(device) -> dict:
     return {"host": socket.gethostname(), "pid": os.getpid(), "cpu": cpu_model(), "cpu_count": os.cpu_count(),
             "torch_threads": torch.get_num_threads(), "load_1min": round(os.getloadavg()[0], 2),
             "device": str(device), "gpu": gpu, "visible_gpus": torch.cuda.device_count() if torch.cuda.is_available() else 0}
+
+
+def peak_memory(device) -> dict:
+    """This process's peak memory so far: resident set (the process's whole life: runs made one after another in one
+    process report the largest so far) and, on CUDA, the most torch held allocated on the device since the run's
+    start (`reset_peak_memory`), in MiB; what decides how many runs fit a machine (`--parallel`)."""
+    import resource
+    import sys
+
+    import torch
+
+    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / (2**20 if sys.platform == "darwin" else 2**10)
+    cuda = torch.cuda.max_memory_allocated(device) / 2**20 if device.type == "cuda" else None
+    return {"pid": os.getpid(), "peak_rss_mib": round(rss, 1), "cuda_peak_allocated_mib": cuda and round(cuda, 1)}
+
+
+def reset_peak_memory(device) -> None:
+    """Start counting `peak_memory`'s CUDA peak from what is allocated now (the resident set's cannot be reset)."""
+    import torch
+
+    if device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(device)
 
 
 def run_provenance(data_checksums: dict[str, str], processes: dict) -> dict:

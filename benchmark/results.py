@@ -220,9 +220,10 @@ class Recorder:
         np.savez_compressed(tmp, **arrays)
         os.replace(tmp, self.out / FEATURES_FILE)
 
-    def finish(self, images: dict[str, Path] | None = None) -> dict:
-        """summary.json; the W&B run gets the tables, `images` ({name: PNG path}) and its summary."""
-        summary = summarize(self.cfg, self.clients, self.rounds)
+    def finish(self, images: dict[str, Path] | None = None, peak_memory: dict | None = None) -> dict:
+        """summary.json (with the processes' `peak_memory` when given); the W&B run gets the tables, `images`
+        ({name: PNG path}) and its summary."""
+        summary = summarize(self.cfg, self.clients, self.rounds) | ({"peak_memory": peak_memory} if peak_memory else {})
         if self.wandb:
             import wandb
 

@@ -45,7 +45,7 @@ import torch
 from benchmark.communication import count
 from benchmark.data import domain_test_set, load_domain, to_tensor_images
 from benchmark.models import build_model
-from benchmark.provenance import describe_process
+from benchmark.provenance import describe_process, peak_memory, reset_peak_memory
 from benchmark.spill import DiskStore
 from lightning_modules.base import (ClientModule, NonFiniteLoss, eval_batch, fit_local, own_initialisation,
                                     precision_context)
@@ -138,6 +138,7 @@ class ClientGroup:
         self.cfg = cfg
         self.device = resolve_device(cfg.device, cfg.gpus_per_actor if cfg.executor == "ray" else None)
         use_cudnn_benchmark(self.device, cfg.cudnn_benchmark)
+        reset_peak_memory(self.device)
         if self.device.type == "cpu":  # the actor's CPU share, in or out of Ray: same kernels, same numbers
             torch.set_num_threads(max(1, int(cfg.cpus_per_actor)))
         self.clients = clients
@@ -249,6 +250,10 @@ class ClientGroup:
         """Provenance: this process's machine, the engine it trains with and its clients."""
         return {**describe_process(self.device), "engine": self.engine,
                 "clients": [c["id"] for c in self.clients]}
+
+    def peak_memory(self) -> dict:
+        """This process's peak memory so far (`benchmark.provenance.peak_memory`)."""
+        return peak_memory(self.device)
 
     def subgroups(self, round_idx: int = 1, drawn: list[int] | None = None) -> list[list[dict]]:
         """The group's clients that train in round `round_idx` (those in `drawn`; None: every one), as they train

@@ -25,7 +25,7 @@ import torch
 from benchmark import communication
 from benchmark.data import domain_test_set, load_domain
 from benchmark.models import build_model
-from benchmark.provenance import describe_process
+from benchmark.provenance import describe_process, peak_memory, reset_peak_memory
 from lightning_modules.base import eval_batch, own_initialisation, precision_context
 from lightning_modules.clients import aggregation_weight, resolve_device, use_cudnn_benchmark
 from lightning_modules.privacy import model_options
@@ -67,6 +67,7 @@ class Driver:
         torch.set_num_threads(max(1, int(cfg.driver_cpus)))
         self.device = resolve_device(cfg.device, cfg.driver_gpus if cfg.executor == "ray" else None)
         use_cudnn_benchmark(self.device, cfg.cudnn_benchmark)
+        reset_peak_memory(self.device)
         spec = cfg.dataset_spec
         torch.manual_seed(cfg.seed)  # one initialisation for every client
         self.model_options = model_options(cfg.hparams)  # (GroupNorm under DP-SGD)
@@ -169,6 +170,11 @@ class Driver:
             driver["ray_node"] = ray_node()
         return {"executor": self.cfg.executor, "driver": driver,
                 "actors": self.executor.map("describe")}
+
+    def peak_memory(self) -> dict:
+        """The driver's and every client actor's peak memory so far (`benchmark.provenance.peak_memory`); under the
+        local executor they are one process."""
+        return {"driver": peak_memory(self.device), "actors": self.executor.map("peak_memory")}
 
     def test_sizes(self) -> dict[str, int]:
         if self.client_test_sizes:

@@ -346,6 +346,7 @@ def run(cfg: RunConfig, quiet: bool = False, resume: bool = False,
         features = call("final_features")
         if features is not None:  # per-client test samples (FedProto's protocol): its Figure 2's t-SNE reads them
             recorder.save_features(features)
+        memory = call("peak_memory")
     except (Exception, KeyboardInterrupt) as e:  # the run stops; the folder keeps what it has, without summary.json
         if isinstance(e, KeyboardInterrupt):
             msg = "interrupted (Ctrl-C)."
@@ -369,7 +370,7 @@ def run(cfg: RunConfig, quiet: bool = False, resume: bool = False,
         if progress:
             progress.close()
     plot_curves([out], out / "curves", f"{cfg.run_name}: accuracy over rounds", formats=("png",))
-    summary = recorder.finish(images={"curves": out / "curves.png"})
+    summary = recorder.finish(images={"curves": out / "curves.png"}, peak_memory=memory)
     shutil.rmtree(ckpt_dir, ignore_errors=True)  # a complete run needs no resume (and a sweep's would fill disks)
     return summary
 

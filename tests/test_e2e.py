@@ -179,6 +179,11 @@ def test_config_records_provenance(runs, full_digits_root):
         assert p["cpu_count"] == os.cpu_count() and p["pid"] != os.getpid()
         assert p["torch_threads"] == 1 and p["load_1min"] >= 0  # driver_cpus, cpus_per_actor: 1 each
     assert {a["engine"] for a in prov["actors"]} == {"sequential"}
+    # summary.json: each process's peak memory at the run's end, the same processes (by pid) as the provenance's
+    mem = summary["peak_memory"]
+    assert [m["pid"] for m in [mem["driver"], *mem["actors"]]] == [p["pid"] for p in [prov["driver"], *prov["actors"]]]
+    for m in [mem["driver"], *mem["actors"]]:  # a process holding torch and its clients' tensors: 100 MiB to 20 GiB
+        assert 100 < m["peak_rss_mib"] < 20 * 2**10 and m["cuda_peak_allocated_mib"] is None
 
 
 @pytest.mark.parametrize("method,dataset", [(m, d) for m, d, _ in CASES])

@@ -36,6 +36,12 @@ def provenance(run_dir: Path) -> dict:
     return json.loads((run_dir / "config.json").read_text())["provenance"]
 
 
+def vm_kib(field: str) -> int:
+    """This process's VmRSS (resident now) or VmHWM (its peak), in KiB, as Linux reports them."""
+    line = next(x for x in Path("/proc/self/status").read_text().splitlines() if x.startswith(field + ":"))
+    return int(line.split()[1])
+
+
 def driver_pid(run_dir: Path) -> int:
     return provenance(run_dir)["driver"]["pid"]
 
@@ -48,7 +54,9 @@ def test_parallel_2_gives_the_numbers_of_one_run_at_a_time_with_both_in_flight(d
     monkeypatch.setenv("WANDB_MODE", "disabled")  # inherited by the workers
     args = ["--table", "2", "--profile", "smoke", "--methods", "fedavg,fpl", "--datasets", "office_caltech",
             "--domains", "mnist,usps,syn", "--data-root", str(data_root), "--executor", "local"]
+    rss_before = vm_kib("VmRSS") / 2**10
     assert main([*args, "--results-dir", str(tmp_path / "one")]) == 0
+    hwm_after = vm_kib("VmHWM") / 2**10
     cpus = os.cpu_count()
     fit = min(2, cpus)  # 2 runs; their actors and driver train on 1 thread each
     hint = f"; --parallel {fit} would run {fit} at once on this machine's {cpus} CPU threads, same numbers" * (fit > 1)
@@ -71,6 +79,10 @@ def test_parallel_2_gives_the_numbers_of_one_run_at_a_time_with_both_in_flight(d
     (pid_a, start_a, end_a), (pid_b, start_b, end_b) = (worker_log(tmp_path / "two" / "runs" / n) for n in RUNS)
     assert len({pid_a, pid_b, os.getpid()}) == 3
     assert [driver_pid(tmp_path / "two" / "runs" / n) for n in RUNS] == [pid_a, pid_b]  # the run was in the worker
+    for n in RUNS:  # this process's peak resident set, between its size before the runs and its peak after them
+        peak = json.loads((tmp_path / "one" / "runs" / n / "summary.json").read_text())["peak_memory"]
+        assert peak["driver"]["pid"] == os.getpid() and [a["pid"] for a in peak["actors"]] == [os.getpid()] * 2
+        assert rss_before <= peak["driver"]["peak_rss_mib"] <= hwm_after + 0.1  # (rounded to 0.1 MiB)
     for n in RUNS:  # each run says how many CPU threads it trained on: its driver_cpus' (1), in or out of a worker
         assert [provenance(tmp_path / x / "runs" / n)["driver"]["torch_threads"] for x in ("one", "two")] == [1, 1]
     assert start_a < end_b and start_b < end_a, "the two runs were not in flight at the same time"
