@@ -41,8 +41,8 @@ def metrics(out: Path) -> list:
 
 def summary(out: Path) -> dict:
     s = json.loads((out / "summary.json").read_text())
-    for when in ("wall_time_s", "finished_utc"):  # how long and when: not what the run computed
-        s.pop(when)
+    for key in ("wall_time_s", "finished_utc", "peak_memory"):  # how long, when, in which processes and how much
+        s.pop(key)  # memory: not what the run computed
     return s
 
 
