@@ -69,23 +69,33 @@ def describe_process(device) -> dict:
 
 
 def peak_memory(device) -> dict:
-    """This process's peak memory so far: resident set (the process's whole life: runs made one after another in one
-    process report the largest so far) and, on CUDA, the most torch held allocated on the device since the run's
-    start (`reset_peak_memory`), in MiB; what decides how many runs fit a machine (`--parallel`)."""
+    """This process's peak memory since the run started (`reset_peak_memory`), in MiB: its resident set, and on CUDA
+    the most torch held allocated on the device; what decides how many runs fit a machine (`--parallel`). Where
+    the resident peak cannot be reset (not Linux), it is the process's whole life's."""
     import resource
     import sys
 
     import torch
 
-    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / (2**20 if sys.platform == "darwin" else 2**10)
+    try:  # Linux: VmHWM, the peak `reset_peak_memory` resets (getrusage's keeps any peak a thread exited after)
+        with open("/proc/self/status") as f:
+            rss = next(int(line.split()[1]) for line in f if line.startswith("VmHWM:")) / 2**10
+    except (OSError, StopIteration):
+        rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / (2**20 if sys.platform == "darwin" else 2**10)
     cuda = torch.cuda.max_memory_allocated(device) / 2**20 if device.type == "cuda" else None
     return {"pid": os.getpid(), "peak_rss_mib": round(rss, 1), "cuda_peak_allocated_mib": cuda and round(cuda, 1)}
 
 
 def reset_peak_memory(device) -> None:
-    """Start counting `peak_memory`'s CUDA peak from what is allocated now (the resident set's cannot be reset)."""
+    """Start `peak_memory`'s counts from now: the resident peak from the resident set now (Linux: `5` written to
+    `/proc/self/clear_refs` resets VmHWM, kernels 4.0 on), the CUDA peak from what is allocated now."""
     import torch
 
+    try:
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")
+    except OSError:  # not Linux: the resident peak stays the process's whole life's
+        pass
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(device)
 

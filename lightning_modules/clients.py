@@ -138,7 +138,8 @@ class ClientGroup:
         self.cfg = cfg
         self.device = resolve_device(cfg.device, cfg.gpus_per_actor if cfg.executor == "ray" else None)
         use_cudnn_benchmark(self.device, cfg.cudnn_benchmark)
-        reset_peak_memory(self.device)
+        if cfg.executor == "ray":  # its own process; in-process groups count from the driver's reset, the run's start
+            reset_peak_memory(self.device)
         if self.device.type == "cpu":  # the actor's CPU share, in or out of Ray: same kernels, same numbers
             torch.set_num_threads(max(1, int(cfg.cpus_per_actor)))
         self.clients = clients
