@@ -157,6 +157,18 @@ def wandb_tags(cfg: dict) -> list[str]:
     return [f"{k}:{cfg[k]}" for k in TAG_KEYS] + [f"{k}:{v}" for k, v in cfg["hparams"].items()]
 
 
+def wandb_memory(peak_memory: dict | None) -> dict:
+    """The W&B summary's memory figures (MiB) from summary.json's `peak_memory`: the driver's peak resident set,
+    the largest of the client actors', and on CUDA the largest peak allocation of any process."""
+    if not peak_memory:
+        return {}
+    procs = [peak_memory["driver"], *peak_memory["actors"]]
+    cuda = [p["cuda_peak_allocated_mib"] for p in procs if p["cuda_peak_allocated_mib"] is not None]
+    return {"peak_memory/driver_rss_mib": peak_memory["driver"]["peak_rss_mib"],
+            "peak_memory/actor_rss_mib": max(p["peak_rss_mib"] for p in peak_memory["actors"]),
+            **({"peak_memory/cuda_allocated_mib": max(cuda)} if cuda else {})}
+
+
 class Recorder:
     """Writes one run's folder and W&B run. Until `finish`, the folder holds no summary.json,
     so an interrupted or failed run never claims to be complete."""
@@ -222,7 +234,7 @@ class Recorder:
 
     def finish(self, images: dict[str, Path] | None = None, peak_memory: dict | None = None) -> dict:
         """summary.json (with the processes' `peak_memory` when given); the W&B run gets the tables, `images`
-        ({name: PNG path}) and its summary."""
+        ({name: PNG path}) and its summary (with `wandb_memory`'s figures)."""
         summary = summarize(self.cfg, self.clients, self.rounds) | ({"peak_memory": peak_memory} if peak_memory else {})
         if self.wandb:
             import wandb
@@ -241,7 +253,7 @@ class Recorder:
                                        **{f"communication/{k}": v for k, v in
                                           summary["communication"].get("per_client_per_round", {}).items()},
                                        "communication/total_bytes": summary["communication"].get("total_bytes"),
-                                       "wall_time_s": summary["wall_time_s"]})
+                                       **wandb_memory(peak_memory), "wall_time_s": summary["wall_time_s"]})
             self.wandb.finish()
         pack_metrics(self.out)  # before summary.json: a folder with a summary holds its committed form
         atomic_write(self.out / "summary.json", json.dumps(summary, indent=2))

@@ -184,6 +184,14 @@ def test_config_records_provenance(runs, full_digits_root):
     assert [m["pid"] for m in [mem["driver"], *mem["actors"]]] == [p["pid"] for p in [prov["driver"], *prov["actors"]]]
     for m in [mem["driver"], *mem["actors"]]:  # a process holding torch and its clients' tensors: 100 MiB to 20 GiB
         assert 100 < m["peak_rss_mib"] < 20 * 2**10 and m["cuda_peak_allocated_mib"] is None
+    # the W&B run's summary: the driver's peak and the largest actor's (no CUDA figure on the CPU)
+    summ = {}
+    for rec in wandb_records(next((out / "wandb").glob("offline-run-*"))):
+        if rec.WhichOneof("record_type") == "summary":
+            summ.update({u.key or "/".join(u.nested_key): json.loads(u.value_json) for u in rec.summary.update})
+    assert {k: v for k, v in summ.items() if k.startswith("peak_memory/")} == {
+        "peak_memory/driver_rss_mib": mem["driver"]["peak_rss_mib"],
+        "peak_memory/actor_rss_mib": max(mem["actors"][0]["peak_rss_mib"], mem["actors"][1]["peak_rss_mib"])}
 
 
 @pytest.mark.parametrize("method,dataset", [(m, d) for m, d, _ in CASES])
