@@ -106,7 +106,10 @@ def test_accumulates_in_float64():
 def test_server_rule_aggregate_is_cast_of_mean():
     mean64 = {k: v / 4 for k, v in weighted_sum([A, B], [1, 3]).items()}
     out = rule().aggregate(A, mean64, round_idx=0)
-    ref = fedavg([A, B], [1, 3])
+    # (1 * a + 3 * b) / 4 by hand, in A's dtypes (num_batches_tracked: 4.75 rounded to 5)
+    ref = {"conv.weight": torch.tensor([[4.0, -1.0], [3.0, 2.0]]), "bn.bias": torch.tensor([1.25, -0.5]),
+           "bn.running_mean": torch.tensor([3.0, 2.0]), "bn.running_var": torch.tensor([2.5, 5.0]),
+           "bn.num_batches_tracked": torch.tensor(5)}
     assert set(out) == set(ref)
     for k in ref:
         assert out[k].dtype == A[k].dtype and torch.equal(out[k], ref[k]), k

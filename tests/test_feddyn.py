@@ -246,14 +246,20 @@ def test_own_initialisations_drift_is_the_mean_of_the_clients_h(data_root):
     from ray_jobs.run import plan_run_clients
 
     cfg = RunConfig(method="feddyn", dataset="office_caltech", domains=["webcam", "dslr"], rounds=2, local_epochs=1,
-                    client_fraction=0.1, eval_max=30, executor="local", num_actors=1, client_init="own",
+                    client_fraction=0.5, eval_max=30, executor="local", num_actors=1, client_init="own",
                     data_root=str(data_root))
-    driver = Driver(cfg, plan_run_clients(cfg), str(data_root))
+    planned = plan_run_clients(cfg)
+    driver = Driver(cfg, planned, str(data_root))
     g0, own_mean = dict(driver.global_state), driver.start_state(0)
     driver.run_round(0)
     ck = driver.checkpoint()
     drift, hs = ck["rule_state"]["drift"], [st["h"] for st in ck["client_states"].values()]
     assert len(hs) == 5
+    # each client's alpha_k, as the driver gave it: alpha / (n_k / mean n), by hand from the planned sizes
+    n = {c["id"]: c["num_samples"] for c in planned}
+    assert sorted(n.values()) == [12, 12, 12, 12, 23]  # (unequal sizes: a wrong share would show)
+    for cid, st in ck["client_states"].items():
+        assert st["alpha"] == pytest.approx(0.01 * (sum(n.values()) / len(n)) / n[cid], rel=1e-6), cid
     worst = 0.0
     for i, k in enumerate(driver.rule.param_keys):
         mean_h = torch.stack([h[i].double() for h in hs]).mean(dim=0)

@@ -101,6 +101,8 @@ def test_identity_in_eval_mode_and_the_layers_sit_after_each_stage():
     off.start_round(0, None, client.net.state_dict(), off.initial_client_state(0, {"id": 1}))
     off.train()
     torch.testing.assert_close(off.net(x)[0], plain(x)[0])
+    assert all(torch.equal(layer.running_mean, torch.zeros(layer.channels, dtype=torch.float64))  # never fired:
+               and torch.equal(layer.running_std, torch.ones(layer.channels, dtype=torch.float64)) for layer in off.ffa)
     assert float((client.net(x)[0] - plain(x)[0]).detach().abs().max()) > 1e-3
     assert client.ffa_step == 1 and all(float(layer.running_mean.abs().sum()) > 0 for layer in client.ffa)
 
@@ -113,6 +115,7 @@ def test_the_first_layer_is_the_stem_output_restyled_with_the_clients_draws():
     x = torch.randn(4, 3, 64, 64, dtype=torch.float64)
     seen = {}
     client.net.layers[0].register_forward_pre_hook(lambda m, args: seen.setdefault("in", args[0].detach().clone()))
+    client.net.layers[1].register_forward_pre_hook(lambda m, args: seen.setdefault("in1", args[0].detach().clone()))
     net = client.net
     stem = net.pool(torch.relu(net.bn1(net.conv1(x)))).detach()
     client.net(x)
@@ -122,6 +125,19 @@ def test_the_first_layer_is_the_stem_output_restyled_with_the_clients_draws():
                                       torch.ones(64, dtype=torch.float64))
     # the BatchNorm of the stem ran once more above (running statistics), not its output in training mode
     torch.testing.assert_close(seen["in"], want)
+    # its running statistics moved from the round's start (0, 1) by momentum 0.99 towards the batch's mean of the
+    # per-sample channel means and stds (unbiased variance over the pixels, + eps 1e-6), by hand
+    flat = stem.flatten(2)  # B x C x HW
+    mu = flat.sum(dim=2) / flat.shape[2]
+    sigma = (((flat - mu[..., None]) ** 2).sum(dim=2) / (flat.shape[2] - 1) + 1e-6).sqrt()
+    torch.testing.assert_close(client.ffa[0].running_mean, 0.01 * mu.mean(dim=0))
+    torch.testing.assert_close(client.ffa[0].running_std, 0.99 + 0.01 * sigma.mean(dim=0))
+    # the next layer re-styles stage 1's output (a post-hook whose result the forward pass goes on with)
+    block = net.layers[0].forward(seen["in"])  # (`forward` itself: without the hooks)
+    noise = counter_normals(torch.tensor([5, 3, 2, 1, 1, 1]), 2 * 4 * 64).double()
+    want1, _, _ = feature_augmentation(block, noise[:256].view(4, 64), noise[256:].view(4, 64),
+                                       torch.ones(64, dtype=torch.float64), torch.ones(64, dtype=torch.float64))
+    torch.testing.assert_close(seen["in1"], want1)
 
 
 def test_counter_stream():

@@ -5,11 +5,14 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
 
+from benchmark.data import to_tensor_images
 from benchmark.models import ResNet10PLVM
+from benchmark.transforms import Transform
 from lightning_modules.base import own_initialisation
 from lightning_modules.fedpcl import FedPCLClient, FedPCLRound, FedPCLServer, projected
 from lightning_modules.losses import prototype_contrastive_loss
@@ -140,13 +143,28 @@ def test_projection_head_and_own_initialisation():
     assert projected(ResNet10PLVM, 256)(10).feature_dim == 256
 
 
-def test_local_prototypes_are_class_means_of_eval_features():
+def test_local_prototypes_are_class_means_of_eval_features(data_root):
+    """What a client uploads: per class the mean of its training images' projected features (the L2-normalised
+    ReLU of the projection head on the model's feature), in eval mode (BatchNorm running statistics), the images
+    through the eval transform; computed here by hand from the model's layers."""
+    with np.load(data_root / "digits/usps_test.npz") as f:
+        x, y = to_tensor_images(f["x"][:30]), torch.from_numpy(f["y"][:30]).long()
     client = make_client()
-    client.eval_features = lambda x: x  # the features themselves stand for the images here
-    z = torch.tensor([[1.0, 0], [3, 2], [0, 4]])
-    got = client.local_prototypes(z, torch.tensor([1, 1, 4]))
-    assert sorted(got) == [1, 4]
-    torch.testing.assert_close(got[1], torch.tensor([2.0, 1.0]))
+    client.net.bn.running_mean.fill_(0.3)  # eval mode's statistics differ from the batch's
+    client.eval_batch = 8  # several passes
+    client.transform = Transform(mean=(0.5,) * 3, std=(0.5,) * 3, augment=False)
+    client.train()
+    got = client.local_prototypes(x, y)
+    assert client.net.training  # training mode restored
+    net = client.net.eval()
+    with torch.no_grad():
+        z = F.normalize(F.relu(net.projection(TinyNet.features(net, (x.double() / 255 - 0.5) / 0.5))), dim=1)
+    assert sorted(got) == sorted(set(y.tolist()))
+    for k in got:
+        torch.testing.assert_close(got[k], z[y == k].mean(dim=0))
+    with torch.no_grad():  # (batch statistics would give other prototypes)
+        zb = F.normalize(F.relu(net.projection(TinyNet.features(net.train(), (x.double() / 255 - 0.5) / 0.5))), dim=1)
+    assert not torch.allclose(got[int(y[0])], zb[y == y[0]].mean(dim=0), atol=1e-3)
 
 
 def test_each_client_is_tested_by_its_own_prototypes():

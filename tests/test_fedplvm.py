@@ -10,6 +10,7 @@ import math
 import numpy as np
 import pytest
 import torch
+from finch import FINCH
 from test_fpl import _rows_match  # the same rows in any order
 from tiny_net import TinyNet
 
@@ -288,10 +289,24 @@ def test_local_pass_is_eval_mode_over_the_training_images(data_root):
         batch_stats = module.net.train().features((x.float() / 255 - 0.5) / 0.5)
     torch.testing.assert_close(got, expected)
     assert not torch.allclose(got, batch_stats, atol=1e-3)
+    module.net.eval()  # (the train-mode pass above moved the running statistics: the features as they are now)
+    with torch.no_grad():
+        now = module.net.features((x.float() / 255 - 0.5) / 0.5)
+    module.train()
     protos = module.local_prototypes(x, y)
     assert sorted(protos) == sorted(set(y.tolist()))
-    for k, p in protos.items():  # the members' means: their mean over clusters lies in the class's hull
-        assert p.ndim == 2 and p.shape[1] == TinyNet.feature_dim and 1 <= len(p) <= int((y == k).sum())
+    for k, p in protos.items():  # per class the means of FINCH's clusters (finch-clust called here directly)
+        z = now[y == k]
+        if len(z) == 1:
+            want = z
+        else:
+            c, _, _ = FINCH(data=z.numpy().astype(np.float32), distance="cosine", ensure_early_exit=False, verbose=False)
+            want = torch.stack([z[torch.from_numpy(c[:, -1] == j)].mean(dim=0) for j in np.unique(c[:, -1])])
+        assert p.shape == want.shape and _rows_match(p, want), k
+    module.hparams["local_protos"] = "mean"  # Table 3's avg: the one class mean
+    protos = module.local_prototypes(x, y)
+    for k in set(y.tolist()):
+        torch.testing.assert_close(protos[k], now[y == k].mean(dim=0, keepdim=True))
 
 
 # --------------------------------------------------------------------------- client loss and switches

@@ -221,7 +221,8 @@ def conv2_widths(states: dict) -> dict[int, int]:
 
 def test_group_trains_each_client_from_its_own_model(data_root):
     """In one group (sequential): round 0 starts every client from its own seeded initialisation of its own
-    architecture, round 1 from its own round-0 model (lr 0: the weights must stay exactly those); no sum."""
+    architecture (lr 0: the weights must stay exactly those), round 2 from its own model trained in round 1 (lr 0
+    again); no sum. Each client is tested on its own test samples, by the nearest prototype among its own classes."""
     cfg = fedproto_config(data_root, lr=0.0)
     clients = planned_clients(cfg)[:16:3]  # ids 0, 3, 6, 9, 12, 15: widths 18, 18, 18, 20, 20, 22
     group = ClientGroup(cfg, clients, str(data_root))
@@ -234,15 +235,36 @@ def test_group_trains_each_client_from_its_own_model(data_root):
             torch.testing.assert_close(group.own_models[c["id"]][k], v, rtol=0, atol=0)
     assert conv2_widths(group.own_model_states()) == {0: 18, 3: 18, 6: 18, 9: 20, 12: 20, 15: 22}
     payload = METHODS[cfg.method].server(cfg.hparams, 10, 50, 2, []).payload(res["protos"], 0)
+    modules = [group.module, *group.arch_modules.values()]  # (`configure_optimizers` reads their lr)
     before = group.own_model_states()
+    for m in modules:
+        m.lr = 0.01
     group.train(None, payload, 1)
-    for cid, state in group.own_model_states().items():
+    trained = group.own_model_states()
+    for cid, state in before.items():  # round 1 trained every client: not its initialisation any more
+        assert any(not torch.equal(v, trained[cid][k]) for k, v in state.items() if v.is_floating_point())
+    for m in modules:
+        m.lr = 0.0
+    group.train(None, payload, 2)
+    for cid, state in group.own_model_states().items():  # round 2 started from each one's round-1 model
         for k, v in state.items():
-            torch.testing.assert_close(v, before[cid][k], rtol=0, atol=0)
+            torch.testing.assert_close(v, trained[cid][k], rtol=0, atol=0)
     # evaluation: every client on its own test samples (40 per class it holds), both rules
     ev = group.evaluate(None, payload)
     assert {cid: r["n"] for cid, r in ev.items()} == {c["id"]: 40 * len(c["classes"]) for c in clients}
     assert all(0 <= r["classifier"] <= r["n"] and 0 <= r["prototype"] <= r["n"] for r in ev.values())
+    for c in clients:  # both counts by hand: its own model's logits, and per sample the nearest (L2) global
+        # prototype among the client's own classes, in a loop over them
+        x, y, classes = group.fetch([c["id"]], group.test_data)[0]
+        module = group.tested_module(c, None)
+        assert not module.training
+        with torch.no_grad():
+            logits, z = module.net(module.transform.eval(x))
+        protos = payload.global_protos
+        own = [k for k in classes if not torch.isnan(protos[k]).any()]
+        nearest = [own[min(range(len(own)), key=lambda j: float(((f - protos[own[j]]) ** 2).sum()))] for f in z]
+        assert ev[c["id"]]["classifier"] == int((logits.argmax(1) == y).sum())
+        assert ev[c["id"]]["prototype"] == sum(int(k == t) for k, t in zip(nearest, y.tolist()))
     # the device's batch (64 on the CPU) and others count the same: one pass of 1,000, and batches of 7
     assert eval_batch("cpu") == 64 and group.evaluate(None, payload, batch_size=1000) == ev
     assert group.evaluate(None, payload, batch_size=7) == ev
