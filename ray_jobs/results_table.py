@@ -42,8 +42,8 @@ END = "<!-- results: end -->"
 # (table, the domains we run it on offline (None: all), why a domain is missing)
 OFFLINE_DIGITS = ["mnist", "usps", "syn", "mnistm"]
 PUBLISHED: list[tuple[str, list[str] | None]] = [
-    ("2", OFFLINE_DIGITS), ("1", OFFLINE_DIGITS), ("fedplvm12", OFFLINE_DIGITS), ("fedplvm3", OFFLINE_DIGITS),
-    ("fedplvm4", OFFLINE_DIGITS), ("fedplvm5", OFFLINE_DIGITS), ("fedplvm78", OFFLINE_DIGITS),
+    ("2", OFFLINE_DIGITS), ("1", OFFLINE_DIGITS), ("fedapc", OFFLINE_DIGITS), ("fedplvm12", OFFLINE_DIGITS),
+    ("fedplvm3", OFFLINE_DIGITS), ("fedplvm4", OFFLINE_DIGITS), ("fedplvm5", OFFLINE_DIGITS), ("fedplvm78", OFFLINE_DIGITS),
     ("fedplvm9", OFFLINE_DIGITS), ("fedplvm10", OFFLINE_DIGITS), ("fedplvm11", OFFLINE_DIGITS),
     ("fedplvm_t12", OFFLINE_DIGITS), ("fedplvm_fig4a", OFFLINE_DIGITS), ("fedplvm_fig4b", OFFLINE_DIGITS),
     ("fedplvm_fig5", OFFLINE_DIGITS), ("fedproto", None),
@@ -81,8 +81,10 @@ def provenance_line(runs, table: str, domains: list[str] | None) -> str:
         cmd += f" {var}={most}" if most != default else ""
         differ += [f"{var}={v} for {', '.join(sorted({m for m, w in made if w == v}))}"
                    for v in sorted({v for _, v in made} - {most})]
-    return (f"{len(runs)} runs, {', '.join(dates)}; {' / '.join(hw)}; wall time per run {min(wall) / 60:.1f} to "
-            f"{max(wall) / 60:.1f} min" + (" (some shared the GPU with other runs)" if shared else "")
+    lo, hi = f"{min(wall) / 60:.1f}", f"{max(wall) / 60:.1f}"
+    return (f"{len(runs)} run{'s' * (len(runs) != 1)}, {', '.join(dates)}; {' / '.join(hw)}; "
+            + (f"wall time {lo} min" if lo == hi else f"wall time per run {lo} to {hi} min")
+            + (" (some shared the GPU with other runs)" if shared else "")
             + f"; `{cmd}`" + (f" ({'; '.join(differ)})" if differ else "")
             + f"; report: [results/{report_name(table)}.md](results/{report_name(table)}.md).")
 
