@@ -17,6 +17,19 @@ from test_figures import wandb_records
 SMALL = dict(rounds=2, local_epochs=1, eval_max=100, num_actors=2, driver_cpus=1, cpus_per_actor=1)
 
 
+def wandb_run(out) -> tuple[dict, list[dict]]:
+    """A run folder's offline W&B run, read from its .wandb file: its summary (key -> value) and its history (one
+    dict of key -> value per logged step)."""
+    summary, history = {}, []
+    for rec in wandb_records(next((out / "wandb").glob("offline-run-*"))):
+        kind = rec.WhichOneof("record_type")
+        if kind == "summary":
+            summary.update({u.key or "/".join(u.nested_key): json.loads(u.value_json) for u in rec.summary.update})
+        elif kind == "history":
+            history.append({i.key or "/".join(i.nested_key): json.loads(i.value_json) for i in rec.history.item})
+    return summary, history
+
+
 def small_run(tmp_path_factory, root, method, dataset, fraction, executor="ray", **kw):
     out = tmp_path_factory.mktemp(f"{method}-{dataset}-{executor}")
     cfg = RunConfig(method=method, dataset=dataset, data_root=str(root), out=str(out), executor=executor,
@@ -185,10 +198,7 @@ def test_config_records_provenance(runs, full_digits_root):
     for m in [mem["driver"], *mem["actors"]]:  # a process holding torch and its clients' tensors: 100 MiB to 20 GiB
         assert 100 < m["peak_rss_mib"] < 20 * 2**10 and m["cuda_peak_allocated_mib"] is None
     # the W&B run's summary: the driver's peak and the largest actor's (no CUDA figure on the CPU)
-    summ = {}
-    for rec in wandb_records(next((out / "wandb").glob("offline-run-*"))):
-        if rec.WhichOneof("record_type") == "summary":
-            summ.update({u.key or "/".join(u.nested_key): json.loads(u.value_json) for u in rec.summary.update})
+    summ, _ = wandb_run(out)
     assert {k: v for k, v in summ.items() if k.startswith("peak_memory/")} == {
         "peak_memory/driver_rss_mib": mem["driver"]["peak_rss_mib"],
         "peak_memory/actor_rss_mib": max(mem["actors"][0]["peak_rss_mib"], mem["actors"][1]["peak_rss_mib"])}
@@ -224,16 +234,8 @@ def test_communication_in_metrics_summary_and_wandb(runs, method, dataset):
                                                                           for r in rounds]))
     assert total["total_bytes"] == sum(c["up_bytes"] + c["down_bytes"] for r in rounds
                                        for c in r["communication"]["per_client"].values())
-    records = wandb_records(next((out / "wandb").glob("offline-run-*")))
-    summ, logged = {}, []
-    for rec in records:
-        kind = rec.WhichOneof("record_type")
-        if kind == "summary":
-            summ.update({u.key or "/".join(u.nested_key): json.loads(u.value_json) for u in rec.summary.update})
-        elif kind == "history":
-            items = {i.key or "/".join(i.nested_key): json.loads(i.value_json) for i in rec.history.item}
-            if "communication/down_bytes" in items:
-                logged.append(items["communication/down_bytes"])
+    summ, history = wandb_run(out)
+    logged = [items["communication/down_bytes"] for items in history if "communication/down_bytes" in items]
     assert summ["communication/total_bytes"] == total["total_bytes"]
     assert summ["communication/up_bytes"] == pytest.approx(total["per_client_per_round"]["up_bytes"])
     assert logged == pytest.approx([r["communication"]["mean_per_client"]["down_bytes"] for r in rounds])

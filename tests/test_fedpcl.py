@@ -156,14 +156,17 @@ def test_local_prototypes_are_class_means_of_eval_features(data_root):
     client.train()
     got = client.local_prototypes(x, y)
     assert client.net.training  # training mode restored
-    net = client.net.eval()
-    with torch.no_grad():
-        z = F.normalize(F.relu(net.projection(TinyNet.features(net, (x.double() / 255 - 0.5) / 0.5))), dim=1)
+    xn, net = (x.double() / 255 - 0.5) / 0.5, client.net
+
+    def projected_features(training: bool) -> torch.Tensor:
+        with torch.no_grad():
+            return F.normalize(F.relu(net.projection(TinyNet.features(net.train(training), xn))), dim=1)
+
+    z = projected_features(False)
     assert sorted(got) == sorted(set(y.tolist()))
     for k in got:
         torch.testing.assert_close(got[k], z[y == k].mean(dim=0))
-    with torch.no_grad():  # (batch statistics would give other prototypes)
-        zb = F.normalize(F.relu(net.projection(TinyNet.features(net.train(), (x.double() / 255 - 0.5) / 0.5))), dim=1)
+    zb = projected_features(True)  # (batch statistics would give other prototypes)
     assert not torch.allclose(got[int(y[0])], zb[y == y[0]].mean(dim=0), atol=1e-3)
 
 

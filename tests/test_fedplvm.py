@@ -283,15 +283,16 @@ def test_local_pass_is_eval_mode_over_the_training_images(data_root):
     module.train()
     got = module.eval_features(x)
     assert module.net.training
+    xn = (x.float() / 255 - 0.5) / 0.5
     module.net.eval()
     with torch.no_grad():
-        expected = module.net.features((x.float() / 255 - 0.5) / 0.5)
-        batch_stats = module.net.train().features((x.float() / 255 - 0.5) / 0.5)
+        expected = module.net.features(xn)
+        batch_stats = module.net.train().features(xn)
     torch.testing.assert_close(got, expected)
     assert not torch.allclose(got, batch_stats, atol=1e-3)
     module.net.eval()  # (the train-mode pass above moved the running statistics: the features as they are now)
     with torch.no_grad():
-        now = module.net.features((x.float() / 255 - 0.5) / 0.5)
+        now = module.net.features(xn)
     module.train()
     protos = module.local_prototypes(x, y)
     assert sorted(protos) == sorted(set(y.tolist()))
