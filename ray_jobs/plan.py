@@ -4,10 +4,12 @@ runs read. The tables themselves are data in `ray_jobs.tables`."""
 from __future__ import annotations
 
 import dataclasses
+import itertools
 from pathlib import Path
 
 from benchmark.data import DATASETS, DataError, check_domains_present, resolve_data_root
 from benchmark.protocols import PRESETS, ConfigError
+from benchmark.results import run_complete
 from ray_jobs.config import RunConfig
 from ray_jobs.tables import TABLES, make_target, report_name
 
@@ -61,6 +63,18 @@ def select(table: str, profile: str, runs: list[RunConfig], methods: list[str] |
                               f"{', '.join(map(str, have[key]))}.")
     return [c for c in runs if (not methods or c.method in methods) and (not seeds or c.seed in seeds)
             and (not datasets or c.dataset in datasets) and (not values or c.hparams[spec.grid[0]] in values)]
+
+
+def reported_runs(runs: list[RunConfig]) -> list[RunConfig]:
+    """The runs a report reads: each planned run or, where it is not complete, the same run complete on the most of
+    its domains short of all (made with `--domains`, for a data root without one of them), so that a report made
+    without `--domains` still has them; the report's title and sections then say which domains are left out."""
+    def subsets(cfg: RunConfig):
+        for k in range(len(cfg.domains) - 1, 0, -1):
+            for doms in itertools.combinations(cfg.domains, k):
+                sub = dataclasses.replace(cfg, domains=list(doms), out=None)
+                yield dataclasses.replace(sub, out=str(Path(cfg.out).parent / sub.run_name))
+    return [cfg if run_complete(cfg) else next((s for s in subsets(cfg) if run_complete(s)), cfg) for cfg in runs]
 
 
 def check_data(runs: list[RunConfig], table: str) -> None:

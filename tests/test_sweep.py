@@ -163,6 +163,23 @@ def test_a_partial_sweep_runs_what_it_names_and_reports_every_complete_run(smoke
         assert message in err and len(err.strip().splitlines()) == 1
 
 
+def test_report_only_without_domains_reports_the_runs_made_on_fewer(smoke, data_root, tmp_path, monkeypatch):
+    """A table's runs made with `--domains` (a data root without SVHN) are reported by `--report-only` without it:
+    the same cells as the sweep's own report, the title naming the domain left out, nothing run."""
+    monkeypatch.setenv("WANDB_MODE", "disabled")
+    copy = tmp_path / "again"
+    shutil.copytree(smoke, copy)
+    (copy / "table2.csv").unlink()
+    before = sorted(p.name for p in (copy / "runs").iterdir())
+    assert main(["--table", "2", "--profile", "smoke", "--results-dir", str(copy), "--data-root", str(data_root),
+                 "--report-only"]) == 0
+    assert sorted(p.name for p in (copy / "runs").iterdir()) == before  # no run made
+    again, full = pd.read_csv(copy / "table2.csv"), pd.read_csv(smoke / "table2.csv")
+    pd.testing.assert_frame_equal(again, full)
+    head = (copy / "table2.md").read_text().splitlines()[0]
+    assert "without svhn (digits)" in head and "PARTIAL" not in head
+
+
 def test_report_links_its_figures_and_make_figures_redraws_them(smoke):
     md = (smoke / "table2.md").read_text()
     fig_dir = smoke / "figures" / "table2"
