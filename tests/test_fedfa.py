@@ -107,8 +107,10 @@ def test_identity_in_eval_mode_and_the_layers_sit_after_each_stage():
     assert client.ffa_step == 1 and all(float(layer.running_mean.abs().sum()) > 0 for layer in client.ffa)
 
 
-def test_the_first_layer_is_the_stem_output_restyled_with_the_clients_draws():
-    """Hook 0 re-styles the stem's output with the normals of (seed, client, round, step 1, layer 0)."""
+def test_each_layer_restyles_its_stage_output_with_the_clients_draws():
+    """Hook 0 re-styles the stem's output with the normals of (seed, client, round, step 1, layer 0), hook k the
+    output of stage k with those of layer k; the features are the mean of the last one's; each layer's running
+    statistics move by hand."""
     client = make_client(p=1.0)
     client.start_round(2, None, client.net.state_dict(), client.initial_client_state(5, {"id": 3}))
     client.train()
@@ -118,7 +120,7 @@ def test_the_first_layer_is_the_stem_output_restyled_with_the_clients_draws():
     client.net.layers[1].register_forward_pre_hook(lambda m, args: seen.setdefault("in1", args[0].detach().clone()))
     net = client.net
     stem = net.pool(torch.relu(net.bn1(net.conv1(x)))).detach()
-    client.net(x)
+    _, z = client.net(x)
     key = torch.tensor([5, 3, 2, 1, 0, 1])  # seed, client, round, step, layer, noise stream
     noise = counter_normals(key, 2 * 4 * 64).double()
     want, _, _ = feature_augmentation(stem, noise[:256].view(4, 64), noise[256:].view(4, 64), torch.ones(64, dtype=torch.float64),
@@ -132,12 +134,20 @@ def test_the_first_layer_is_the_stem_output_restyled_with_the_clients_draws():
     sigma = (((flat - mu[..., None]) ** 2).sum(dim=2) / (flat.shape[2] - 1) + 1e-6).sqrt()
     torch.testing.assert_close(client.ffa[0].running_mean, 0.01 * mu.mean(dim=0))
     torch.testing.assert_close(client.ffa[0].running_std, 0.99 + 0.01 * sigma.mean(dim=0))
-    # the next layer re-styles stage 1's output (a post-hook whose result the forward pass goes on with)
-    block = net.layers[0].forward(seen["in"])  # (`forward` itself: without the hooks)
-    noise = counter_normals(torch.tensor([5, 3, 2, 1, 1, 1]), 2 * 4 * 64).double()
-    want1, _, _ = feature_augmentation(block, noise[:256].view(4, 64), noise[256:].view(4, 64),
-                                       torch.ones(64, dtype=torch.float64), torch.ones(64, dtype=torch.float64))
-    torch.testing.assert_close(seen["in1"], want1)
+    # layers 1 to 4 re-style the output of stages 1 to 4 (post-hooks whose results the forward pass goes on with),
+    # each with its own draws: chained by hand, stage 1's result is stage 2's input and stage 4's gives the features
+    h = seen["in"]
+    for k, block in enumerate(net.layers, start=1):
+        out = block.forward(h).detach()  # (`forward` itself: without the hooks)
+        b, c = out.shape[:2]
+        noise = counter_normals(torch.tensor([5, 3, 2, 1, k, 1]), 2 * b * c).double()
+        h, mu, sigma = feature_augmentation(out, noise[:b * c].view(b, c), noise[b * c:].view(b, c),
+                                            torch.ones(c, dtype=torch.float64), torch.ones(c, dtype=torch.float64))
+        if k == 1:
+            torch.testing.assert_close(seen["in1"], h)
+        torch.testing.assert_close(client.ffa[k].running_mean, 0.01 * mu.mean(dim=0))
+        torch.testing.assert_close(client.ffa[k].running_std, 0.99 + 0.01 * sigma.mean(dim=0))
+    torch.testing.assert_close(z, h.mean(dim=(2, 3)))
 
 
 def test_counter_stream():
