@@ -253,6 +253,7 @@ def test_group_trains_each_client_from_its_own_model(data_root):
     ev = group.evaluate(None, payload)
     assert {cid: r["n"] for cid, r in ev.items()} == {c["id"]: 40 * len(c["classes"]) for c in clients}
     assert all(0 <= r["classifier"] <= r["n"] and 0 <= r["prototype"] <= r["n"] for r in ev.values())
+    outside = 0  # samples whose nearest prototype over every class is not one of their client's classes
     for c in clients:  # both counts by hand: its own model's logits, and per sample the nearest (L2) global
         # prototype among the client's own classes, in a loop over them
         x, y, classes = group.fetch([c["id"]], group.test_data)[0]
@@ -265,6 +266,9 @@ def test_group_trains_each_client_from_its_own_model(data_root):
         nearest = [own[min(range(len(own)), key=lambda j: float(((f - protos[own[j]]) ** 2).sum()))] for f in z]
         assert ev[c["id"]]["classifier"] == int((logits.argmax(1) == y).sum())
         assert ev[c["id"]]["prototype"] == sum(int(k == t) for k, t in zip(nearest, y.tolist()))
+        every = [k for k in range(10) if not torch.isnan(protos[k]).any()]
+        outside += sum(min(every, key=lambda k: float(((f - protos[k]) ** 2).sum())) not in classes for f in z)
+    assert outside > 0  # so the counts above tell the restriction to a client's classes from no restriction
     # the device's batch (64 on the CPU) and others count the same: one pass of 1,000, and batches of 7
     assert eval_batch("cpu") == 64 and group.evaluate(None, payload, batch_size=1000) == ev
     assert group.evaluate(None, payload, batch_size=7) == ev
