@@ -14,6 +14,7 @@ import dataclasses
 import json
 import math
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from benchmark.data import DATASETS, TWO_ARCHIVE_SPLIT
 from benchmark.partition import LabelSkew, load_counts
@@ -159,6 +160,12 @@ class RunConfig:
             raise ConfigError(f"unknown preset {self.preset!r}; choose one of: {', '.join(PRESETS)}.")
         if self.batch_size < 1:
             raise ConfigError(f"batch size must be at least 1 (got {self.batch_size}).")
+        for name in ("lr", "momentum"):
+            if not (getattr(self, name) >= 0 and math.isfinite(getattr(self, name))):
+                raise ConfigError(f"{name} must be a finite number, 0 or more (got {getattr(self, name)}).")
+        if self.out is not None and Path(self.out).exists() and not Path(self.out).is_dir():
+            raise ConfigError(f"--out {self.out} is a file; a run writes a folder there: name a new folder (or the "
+                              "run folder of a run to resume).")
         if self.num_actors < 1:
             raise ConfigError(f"num-actors must be at least 1 (got {self.num_actors}).")
         if self.actor_restarts < 0:

@@ -110,7 +110,7 @@ def report(table: str, profile: str, runs: list[RunConfig], results_dir: Path) -
     every, runs = runs, [c for c in runs if run_complete(c)]  # a partial sweep: those run
     planned = len(every)
     if not runs:
-        raise RunError(f"no complete run of table {table} to report; run its sweep first ({make_target(table)}).")
+        raise RunError(f"no complete run of table {table} to report; run its sweep first (make {make_target(table)}).")
     agg = collect(runs, spec.metric)
     ref = spec.paper
     lines, csv_rows = [], []

@@ -40,7 +40,7 @@ def report(table: str, profile: str, runs: list[RunConfig], results_dir: Path) -
     name = report_name(table)
     every, runs = runs, [c for c in runs if run_complete(c)]
     if not runs:
-        raise RunError(f"no complete run of table {table} to report; run its sweep first ({make_target(table)}).")
+        raise RunError(f"no complete run of table {table} to report; run its sweep first (make {make_target(table)}).")
     fig_dir = results_dir / "figures" / name
     figs = table_figures(table, [Path(c.out) for c in runs], fig_dir, f"{spec.title}, {profile} profile")
     data = figs["grid"].set_index(["dataset", "method", "value", "domain"])

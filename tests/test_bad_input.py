@@ -156,6 +156,8 @@ def test_split_asks_more_than_the_domain_has(capsys, tmp_path, data_root, monkey
     (["--executor", "k8s"], "argument --executor: invalid choice: 'k8s'"),
     (["--device", "tpu"], "unknown device 'tpu'; choose one of: auto, cpu, cuda (or cuda:N)."),
     (["--seed", "-1"], "seed must be 0 or more (got -1)."),
+    (["--lr", "-0.01"], "lr must be a finite number, 0 or more (got -0.01)."),
+    (["--momentum", "nan"], "momentum must be a finite number, 0 or more (got nan)."),
     (["--cpus-per-actor", "-1"], "cpus-per-actor must be a finite number, 0 or more (got -1.0)."),
     (["--gpus-per-actor", "inf"], "gpus-per-actor must be a finite number, 0 or more (got inf)."),
     (["--gpus-per-actor", "1.5"], "gpus-per-actor 1.5: Ray gives a process a fraction of one GPU (at most 1) or whole "
@@ -167,6 +169,37 @@ def test_bad_flag_one_line_code_2(capsys, tmp_path, data_root, argv, expected):
     assert expected in err
     assert "usage:" not in err and "Traceback" not in err
     assert not (tmp_path / "config.json").exists()
+
+
+def test_out_naming_a_file_leaves_the_file(capsys, tmp_path, data_root):
+    (tmp_path / "notes.txt").write_text("mine")
+    code = main(["--data-root", str(data_root), "--out", str(tmp_path / "notes.txt")])
+    err = capsys.readouterr().err
+    assert code == 2 and err.startswith("error: ") and len(err.strip().splitlines()) == 1
+    assert f"--out {tmp_path / 'notes.txt'} is a file" in err and "name a new folder" in err
+    assert (tmp_path / "notes.txt").read_text() == "mine"
+
+
+@pytest.mark.parametrize("report_only", [[], ["--report-only"]])
+def test_sweep_results_dir_naming_a_file_leaves_the_file(capsys, tmp_path, data_root, report_only):
+    from ray_jobs.sweep import main as sweep
+
+    (tmp_path / "notes.txt").write_text("mine")
+    code = sweep(["--table", "2", "--profile", "smoke", "--datasets", "office_caltech", "--executor", "local",
+                  "--data-root", str(data_root), "--results-dir", str(tmp_path / "notes.txt"), *report_only])
+    err = capsys.readouterr().err
+    assert code == 2 and err.strip() == (f"error: --results-dir {tmp_path / 'notes.txt'} is a file; a sweep writes "
+                                         "its run folders and reports under a folder there: name a folder (new or "
+                                         "results/).")
+    assert (tmp_path / "notes.txt").read_text() == "mine"
+
+
+def test_sweep_report_only_without_runs_names_the_make_target(capsys, tmp_path, data_root):
+    from ray_jobs.sweep import main as sweep
+
+    assert sweep(["--table", "2", "--profile", "smoke", "--data-root", str(data_root), "--results-dir",
+                  str(tmp_path), "--report-only"]) == 2
+    assert "run its sweep first (make table2)." in capsys.readouterr().err
 
 
 def test_device_cuda_without_a_gpu(capsys, tmp_path, data_root):
