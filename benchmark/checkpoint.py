@@ -72,12 +72,12 @@ def read(path: Path) -> dict:
     return torch.load(io.BytesIO(blob[head:]), map_location="cpu", weights_only=False)
 
 
-def protocol_difference(saved: dict, expected: dict) -> list[str]:
+def protocol_difference(saved: dict, expected: dict, where: str = "in the checkpoint") -> list[str]:
     expected = json.loads(json.dumps(expected))
     # a checkpoint written before a protocol key existed ran with that key's value in LATER_KEYS
     saved = {**{k: v for k, v in LATER_KEYS.items() if k in expected}, **json.loads(json.dumps(saved))}
     saved = with_later_hparams(saved, expected)  # written before a hyperparameter existed
-    return [f"{k}: {saved.get(k)!r} in the checkpoint, {expected.get(k)!r} here"
+    return [f"{k}: {saved.get(k)!r} {where}, {expected.get(k)!r} here"
             for k in sorted(set(saved) | set(expected)) if saved.get(k) != expected.get(k)]
 
 

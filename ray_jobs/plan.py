@@ -7,9 +7,10 @@ import dataclasses
 import itertools
 from pathlib import Path
 
+from benchmark.checkpoint import protocol_difference
 from benchmark.data import DATASETS, DataError, check_domains_present, resolve_data_root
 from benchmark.protocols import PRESETS, ConfigError
-from benchmark.results import run_complete
+from benchmark.results import is_complete, protocol, read_summary, run_complete
 from ray_jobs.config import RunConfig
 from ray_jobs.tables import TABLES, make_target, report_name
 
@@ -75,6 +76,19 @@ def reported_runs(runs: list[RunConfig]) -> list[RunConfig]:
                 sub = dataclasses.replace(cfg, domains=list(doms), out=None)
                 yield dataclasses.replace(sub, out=str(Path(cfg.out).parent / sub.run_name))
     return [cfg if run_complete(cfg) else next((s for s in subsets(cfg) if run_complete(s)), cfg) for cfg in runs]
+
+
+def check_no_finished_run_replaced(runs: list[RunConfig]) -> None:
+    """Stop before any run when one of `runs` (those to make) would replace a finished run of another protocol in
+    its folder (`make table2 PRECISION=bf16-mixed` over the committed 32-true runs: the folder's name is the same)."""
+    clash = [(c, protocol_difference(read_summary(Path(c.out))["protocol"], protocol(c), "there"))
+             for c in runs if not run_complete(c) and is_complete(Path(c.out))]
+    if clash:
+        shown = "; ".join(f"{c.out} ({', '.join(diff)})" for c, diff in clash[:3])
+        more = f" and {len(clash) - 3} more" if len(clash) > 3 else ""
+        raise ConfigError(f"{len(clash)} of the runs to make would replace a finished run of another protocol in its "
+                          f"folder: {shown}{more}. The sweep started no run. Sweep into another --results-dir, "
+                          "or delete those folders to replace their runs.")
 
 
 def check_data(runs: list[RunConfig], table: str) -> None:

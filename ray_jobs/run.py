@@ -121,7 +121,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--precision", default=d["precision"].default,
                    help="32-true (float32, as the references) or bf16-mixed (bfloat16 autocast, Lightning's plugin)")
     p.add_argument("--data-root", default=None, help="default: $BENCH_DATA_ROOT, ./data, ../shared/data")
-    p.add_argument("--out", default=None, help=f"run folder (default {DEFAULT_OUT}/<run-name>)")
+    p.add_argument("--out", default=None, help=f"run folder (default {DEFAULT_OUT}/<run-name>; one holding a finished run is never replaced)")
     p.add_argument("--name", default=None, help="run name (default method-dataset-split-seed; each --hp away from the method's default before -seed, '-alpha0.5')")
     p.add_argument("--wandb-project", default=d["wandb_project"].default)
     p.add_argument("--wandb-group", default=None)
@@ -393,6 +393,10 @@ def main(argv: list[str] | None = None) -> int:
     hint = "run: python -m ray_jobs.run " + shlex.join(argv if "--resume" in argv else [*argv, "--resume"])
     try:
         cfg = config_from_args(args)
+        out = Path(cfg.out) if cfg.out else DEFAULT_OUT / cfg.run_name
+        if (out / "summary.json").exists():  # a finished run (a table's, committed): never replaced from here
+            raise ConfigError(f"{out} holds a finished run (its summary.json), which this run would replace; name "
+                              "another folder with --out, or delete that one to run it again.")
         summary = run(cfg, quiet=args.quiet, resume=args.resume, resume_hint=hint)
     except (ConfigError, HyperparameterError, DataError, RunError, CheckpointError) as e:
         print(f"error: {e}", file=sys.stderr)
@@ -402,7 +406,7 @@ def main(argv: list[str] | None = None) -> int:
               file=sys.stderr)
         return 130
     print(format_table(summary))
-    print(f"run folder: {Path(cfg.out) if cfg.out else DEFAULT_OUT / cfg.run_name}  ({time.time() - t0:.0f}s)")
+    print(f"run folder: {out}  ({time.time() - t0:.0f}s)")
     return 0
 
 

@@ -12,7 +12,8 @@ The tables (their runs as method x preset, the paper's numbers, the metric, the 
 are data in `ray_jobs.tables`; `ray_jobs.plan` makes their runs, `ray_jobs.report` their reports
 (`ray_jobs.report_fedproto` FedProto's, `ray_jobs.report_grid` a hyperparameter grid's).
 A run whose complete summary.json exists is not run again, so an interrupted
-sweep continues where it stopped. Runs go to Ray concurrently as far as the
+sweep continues where it stopped; one of another protocol in a run's folder stops
+the sweep before any run (a finished run is never replaced). Runs go to Ray concurrently as far as the
 cluster's resources allow (RAY_ADDRESS for a cluster, else a local instance);
 with `--executor local --parallel N`, N at once in worker processes (no Ray).
 The `smoke` profile runs the same code paths with tiny settings; its reports go
@@ -43,7 +44,7 @@ from benchmark.results import run_complete
 from lightning_modules.clients import CLIENT_MEMORY
 from ray_jobs import report_fedproto, report_grid
 from ray_jobs.config import RunConfig
-from ray_jobs.plan import check_data, plan, reported_runs, select
+from ray_jobs.plan import check_data, check_no_finished_run_replaced, plan, reported_runs, select
 from ray_jobs.progress import SweepProgress
 from ray_jobs.report import log_wandb, report
 from ray_jobs.run import OneLineParser, RunError, gpus_needed, init_ray, run, run_gpu_shares
@@ -107,6 +108,7 @@ def execute(runs: list[RunConfig], parallel: int | None) -> list[str]:
     if parallel is not None and parallel < 1:
         raise ConfigError(f"--parallel takes a number of runs at once, 1 or more (got {parallel}).")
     todo = [c for c in runs if not run_complete(c)]
+    check_no_finished_run_replaced(todo)
     line = f"{len(runs) - len(todo)} of {len(runs)} runs already complete; running {len(todo)}"
     if not todo:
         print(line, flush=True)
@@ -277,7 +279,7 @@ def main(argv: list[str] | None = None) -> int:
                     help="local: no Ray (not imported); one run in this process, or --parallel N worker processes")
     ap.add_argument("--engine", default="auto", help="client training engine of every run: auto, sequential or fused")
     ap.add_argument("--precision", default="32-true",
-                    help="32-true (as the references) or bf16-mixed; part of each run's protocol (a run at another precision is run again)")
+                    help="32-true (as the references) or bf16-mixed; part of each run's protocol (a finished run at another precision in the same folder stops the sweep: it is never replaced)")
     ap.add_argument("--eval-every", type=int, default=None,
                     help="test every run after every K-th round (0: none) and the rounds the table's metric reads: the last 5, "
                          "or the final one (default: the table's full-profile schedule, every round at the smoke "

@@ -202,6 +202,22 @@ def test_sweep_report_only_without_runs_names_the_make_target(capsys, tmp_path, 
     assert "run its sweep first (make table2)." in capsys.readouterr().err
 
 
+def test_a_finished_run_is_never_replaced_from_the_command_line(capsys, tmp_path, data_root):
+    """A run folder that holds a finished run (summary.json; a table's committed run is one, at the default
+    `results/runs/<name>`) is refused, with or without --resume, whatever the flags; every file stays as it was."""
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    files = {"summary.json": '{"last5": {}}', "config.json": '{"lr": 0.01}', "metrics.jsonl.gz": "x"}
+    for name, text in files.items():
+        (run_dir / name).write_text(text)
+    for extra in ([], ["--resume"], ["--rounds", "3", "--lr", "0.1"]):
+        code = main(["--data-root", str(data_root), "--out", str(run_dir), *extra])
+        err = capsys.readouterr().err
+        assert code == 2 and err.startswith("error: ") and len(err.strip().splitlines()) == 1
+        assert f"{run_dir} holds a finished run" in err and "another folder with --out" in err
+        assert {p.name: p.read_text() for p in run_dir.iterdir()} == files
+
+
 def test_device_cuda_without_a_gpu(capsys, tmp_path, data_root):
     import torch
 

@@ -180,6 +180,22 @@ def test_report_only_without_domains_reports_the_runs_made_on_fewer(smoke, data_
     assert "without svhn (digits)" in head and "PARTIAL" not in head
 
 
+def test_a_sweep_never_replaces_a_finished_run_of_another_protocol(smoke, data_root, tmp_path, capsys):
+    """`PRECISION=bf16-mixed` over finished 32-true runs (same folder names): one line, code 2, naming the folder and
+    the difference, no run started and every file of the finished runs as it was."""
+    copy = tmp_path / "bf16"
+    shutil.copytree(smoke, copy)
+    before = {p: p.read_bytes() for p in (copy / "runs").rglob("*") if p.is_file()}
+    code = main([*ARGS, "--results-dir", str(copy), "--data-root", str(data_root), "--executor", "local",
+                 "--datasets", "office_caltech", "--methods", "fedavg", "--precision", "bf16-mixed"])
+    err = capsys.readouterr().err
+    assert code == 2 and len(err.strip().splitlines()) == 1
+    folder = copy / "runs" / "fedavg-office_caltech-default-seed0"
+    assert (f"error: 1 of the runs to make would replace a finished run of another protocol in its folder: {folder} "
+            "(precision: '32-true' there, 'bf16-mixed' here). The sweep started no run.") in err
+    assert {p: p.read_bytes() for p in (copy / "runs").rglob("*") if p.is_file()} == before
+
+
 def test_report_links_its_figures_and_make_figures_redraws_them(smoke):
     md = (smoke / "table2.md").read_text()
     fig_dir = smoke / "figures" / "table2"
