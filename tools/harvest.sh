@@ -5,7 +5,7 @@
 # metrics.jsonl.gz it is made here from its metrics.jsonl by benchmark.results.pack_metrics, the bytes a run of
 # today's code writes; SRC is only read); in-progress runs, models,
 # checkpoints and W&B folders stay there. Prints the runs copied. Then write the reports
-# (`python -m ray_jobs.sweep --table T [--domains ...] --report-only`, `python -m ray_jobs.results_table --write`).
+# (`python -m ray_jobs.sweep --table T --report-only`, `python -m ray_jobs.results_table --write`).
 # Usage: bash tools/harvest.sh SRC
 set -euo pipefail
 SRC=${1:?usage: bash tools/harvest.sh SRC (a worktree whose results/runs holds finished runs)}
