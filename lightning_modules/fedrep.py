@@ -12,7 +12,8 @@ last `rep_epochs` epochs of the round's local training, the head in every step b
 `head_eps = local_ep - local_rep_ep`), counted in steps so that a fraction of an epoch splits an epoch by its
 batches. The reference's `local_rep_ep` is 1; with FedProto's 1 local epoch that leaves the head no step at all
 (it would keep its initialisation until the reference's extra fine-tuning round), so our default is 0.5: the
-first half of the epoch's batches train the head, the second half the body (docs/deviations.md, 41).
+first half of the epoch's batches train the head, the second half the body (docs/deviations.md, 41); of an odd
+number of steps the head gets half rounded to the even count (Python's `round`: 5 steps 2, 7 steps 4).
 """
 from __future__ import annotations
 

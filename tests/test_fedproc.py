@@ -91,8 +91,8 @@ def test_prototype_infonce_random_against_per_sample_reference():
     assert zg.grad[~keep].abs().max() == 0 and zg.grad[keep].abs().max() > 1e-3
 
 
-def make_client():
-    return FedProcClient(ResNet10(10), METHODS["fedproc"].defaults)
+def make_client(**hp):
+    return FedProcClient(ResNet10(10), {**METHODS["fedproc"].defaults, **hp})
 
 
 def test_round0_is_ce_alone():
@@ -105,13 +105,14 @@ def test_round0_is_ce_alone():
     assert float(module.compute_loss(None, y, logits, z)) == pytest.approx(expected, rel=1e-6)
 
 
-def test_compute_loss_mixes_contrastive_and_ce_with_weight_a():
+@pytest.mark.parametrize("temperature", [1.0, 0.3])  # the default, and another by value
+def test_compute_loss_mixes_contrastive_and_ce_with_weight_a(temperature):
     gen = torch.Generator().manual_seed(1)
-    rule = FedProcServer({"temperature": 1.0}, 4, 5, 5, [])
+    rule = FedProcServer({"temperature": temperature}, 4, 5, 5, [])
     client_protos = {c: {k: torch.randn(5, generator=gen) for k in (0, 1, 3)} for c in range(3)}
     payload = rule.payload(client_protos, 2)  # builds round 3 of 5: a = 1 - 3/4
     assert payload.weight_a == pytest.approx(0.25)
-    module = make_client()
+    module = make_client(temperature=temperature)
     module.start_round(3, payload, module.net.state_dict())
     logits = torch.randn(6, 4, generator=gen)
     z = torch.randn(6, 5, generator=gen)
@@ -119,5 +120,5 @@ def test_compute_loss_mixes_contrastive_and_ce_with_weight_a():
     mean_protos = torch.full((4, 5), NAN)
     for k in (0, 1, 3):
         mean_protos[k] = sum(client_protos[c][k] for c in range(3)) / 3
-    expected = 0.25 * ref_infonce(z, y, mean_protos, 1.0) + 0.75 * ref_ce(logits, y)
+    expected = 0.25 * ref_infonce(z, y, mean_protos, temperature) + 0.75 * ref_ce(logits, y)
     assert float(module.compute_loss(None, y, logits, z)) == pytest.approx(expected, rel=1e-5)

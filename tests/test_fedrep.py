@@ -43,6 +43,8 @@ def test_the_split_by_hand():
     assert phases(1, 4, 3) == "hhhhhhhhbbbb"  # the reference's rule: all epochs but the last rep_epochs
     assert phases(1, 4, 1) == "bbbb"  # the reference with 1 epoch: the head never trains
     assert phases(0.25, 4, 1) == "hhhb"
+    # an odd number of steps: the head's count is rounded half to even (Python's round, as the committed runs ran)
+    assert phases(0.5, 5, 1) == "hhbbb" and phases(0.5, 7, 1) == "hhhhbbb" and phases(0.5, 1, 1) == "b"
 
 
 def test_frozen_parts_do_not_move_in_their_phase(shards):  # noqa: F811

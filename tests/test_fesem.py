@@ -67,6 +67,9 @@ def test_the_distance_compares_all_weights_or_the_classifier_only():
     assert nearest_centers([client], centres, ["classifier.weight"]) == [0]  # 1 vs 16
     assert rule(distance="classifier", keys=keys).compared_keys() == ["classifier.weight"]
     assert rule(keys=keys).compared_keys() == keys
+    # L2, not L1: (1, 1) against (0, 0) and (2.6, 1): squared L2 2 vs 2.56 (centre 0); L1, 2 vs 1.6, picks centre 1
+    two = [{"w": torch.tensor([0.0, 0.0])}, {"w": torch.tensor([2.6, 1.0])}]
+    assert nearest_centers([{"w": torch.tensor([1.0, 1.0])}], two, ["w"]) == [0]
     tie = [{"w": torch.tensor([0.0])}, {"w": torch.tensor([2.0])}]
     assert nearest_centers([{"w": torch.tensor([1.0])}], tie, ["w"]) == [0]  # a tie goes to the lowest index
 

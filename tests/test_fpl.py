@@ -259,6 +259,11 @@ def test_fpl_server_payload():
     assert torch.equal(pay.cluster_protos, protos) and torch.equal(pay.cluster_labels, labels)
     assert torch.equal(pay.unbiased_protos.nan_to_num(-1), unbiased.nan_to_num(-1))
     assert torch.equal(pay.global_protos.nan_to_num(-1), mean_prototypes(_client_protos(), 4, DIM).nan_to_num(-1))
+    # by hand too (the functions above are checked by hand; here the payload's own values): class 1 has one
+    # client's prototype, class 3 none
+    torch.testing.assert_close(pay.global_protos[1], C1)
+    torch.testing.assert_close(pay.unbiased_protos[1], C1)
+    assert torch.isnan(pay.global_protos[3]).all() and torch.isnan(pay.unbiased_protos[3]).all()
 
 
 # --------------------------------------------------------------------------- local prototypes

@@ -116,7 +116,8 @@ def test_lambda_weighs_the_prototype_terms(case):
 def test_lambda_by_hand():
     """Two samples, two 2-d cluster prototypes (1, 0) of class 0 and (0, 1) of class 1, tau 0.5: each sample's cosine
     is 1 with its class's prototype and 0 with the other's, CPCL = log(1 + e^-2) for both; UPCR: z = (1, 0) is its
-    unbiased prototype (0), z = (0, 2) is (0, 1) away, mean over 2 dims 0.5; batch means log(1 + e^-2) + 0.25."""
+    unbiased prototype (0), z = (0, 2) is (0, 1) away, mean over 2 dims 0.5; batch means log(1 + e^-2) + 0.25 (with
+    UPCR's sum over the dims, + 0.5)."""
     protos = torch.tensor([[1.0, 0.0], [0.0, 1.0]])
     unbiased = torch.full((10, 2), NAN)
     unbiased[:2] = protos
@@ -126,6 +127,9 @@ def test_lambda_by_hand():
     hand = math.log(1 + math.exp(-2)) + 0.25
     for lam in (1.0, 2.0, 0.1):
         assert float(fpl_loss({"tau": 0.5, "lambda": lam}, z, y, p)) == pytest.approx(lam * hand, rel=1e-6)
+    # UPCR summed over the 2 dims (the paper's Eq. 10), not averaged: (0 + 1) / 2 over the batch
+    assert float(fpl_loss({"tau": 0.5, "upcr_reduction": "sum"}, z, y, p)) == pytest.approx(
+        math.log(1 + math.exp(-2)) + 0.5, rel=1e-6)
 
 
 def test_a_run_recorded_before_fpl_had_lambda_ran_lambda_1(tmp_path):

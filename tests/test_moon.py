@@ -144,7 +144,8 @@ def test_round0_term(initial_previous):
     assert abs(got - 5.0 * math.log(2.0)) > 1e-3
 
 
-def test_extra_loss_uses_frozen_features_in_the_chosen_mode():
+@pytest.mark.parametrize("mu,temperature", [(5.0, 0.5), (1.5, 2.0)])  # the defaults, and others by value
+def test_extra_loss_uses_frozen_features_in_the_chosen_mode(mu, temperature):
     glob = initial_state(0, TinyNet)
     prev = initial_state(1, TinyNet)  # this client's model of its last round
     with torch.no_grad():  # running statistics far from the batch's, so that the two modes differ
@@ -153,7 +154,7 @@ def test_extra_loss_uses_frozen_features_in_the_chosen_mode():
     x, y = normalize(images(4, 2)), torch.tensor([0, 1, 2, 3])
     got = {}
     for mode in ("train", "eval"):
-        module = make_client(tiny_net=True, frozen_mode=mode)
+        module = make_client(tiny_net=True, frozen_mode=mode, mu=mu, temperature=temperature)
         module.net.load_state_dict(glob)
         module.start_round(3, None, glob, client_state=prev)
         module.train()
@@ -166,7 +167,7 @@ def test_extra_loss_uses_frozen_features_in_the_chosen_mode():
         with torch.no_grad():
             zg = ref_g.train(mode == "train").features(x)
             zp = ref_p.train(mode == "train").features(x)
-        assert got[mode] == pytest.approx(5.0 * ref_moon(z.detach(), zg, zp, 0.5), rel=1e-4)
+        assert got[mode] == pytest.approx(mu * ref_moon(z.detach(), zg, zp, temperature), rel=1e-4)
     assert got["train"] != pytest.approx(got["eval"], rel=1e-3)
 
 
