@@ -79,10 +79,11 @@ def reported_runs(runs: list[RunConfig]) -> list[RunConfig]:
 
 
 def check_no_finished_run_replaced(runs: list[RunConfig]) -> None:
-    """Stop before any run when one of `runs` (those to make) would replace a finished run of another protocol in
-    its folder (`make table2 PRECISION=bf16-mixed` over the committed 32-true runs: the folder's name is the same)."""
+    """Stop before any run when one of `runs` (those to make: none complete under its own protocol) would replace a
+    finished run, which is then of another protocol, in its folder (`make table2 PRECISION=bf16-mixed` over the
+    committed 32-true runs: the folder's name is the same)."""
     clash = [(c, protocol_difference(read_summary(Path(c.out))["protocol"], protocol(c), "there"))
-             for c in runs if not run_complete(c) and is_complete(Path(c.out))]
+             for c in runs if is_complete(Path(c.out))]
     if clash:
         shown = "; ".join(f"{c.out} ({', '.join(diff)})" for c, diff in clash[:3])
         more = f" and {len(clash) - 3} more" if len(clash) > 3 else ""

@@ -266,6 +266,11 @@ def init_ray(cfg: RunConfig):
     return ray
 
 
+def run_folder(cfg: RunConfig) -> Path:
+    """Where a run writes: its `out`, else results/runs/<run name>."""
+    return Path(cfg.out) if cfg.out else DEFAULT_OUT / cfg.run_name
+
+
 def plan_run_clients(cfg: RunConfig, root: Path | None = None) -> list[dict]:
     """Every client of the run (id, domain, training indices, sample count; under an n-way k-shot split also
     its classes and test indices), as the dataset's protocol partitions it."""
@@ -290,7 +295,7 @@ def run(cfg: RunConfig, quiet: bool = False, resume: bool = False,
     if short:
         raise ConfigError(f"client {short[0]['id']} ({short[0]['domain']}) has {short[0]['num_samples']} samples, no full "
                           f"batch of {cfg.batch_size} with drop_last; use a smaller --batch-size or a larger --client-fraction.")
-    out = Path(cfg.out) if cfg.out else DEFAULT_OUT / cfg.run_name
+    out = run_folder(cfg)
     ckpt_dir = out / checkpoint.DIR
     start = None
     if resume:
@@ -393,7 +398,7 @@ def main(argv: list[str] | None = None) -> int:
     hint = "run: python -m ray_jobs.run " + shlex.join(argv if "--resume" in argv else [*argv, "--resume"])
     try:
         cfg = config_from_args(args)
-        out = Path(cfg.out) if cfg.out else DEFAULT_OUT / cfg.run_name
+        out = run_folder(cfg)
         if (out / "summary.json").exists():  # a finished run (a table's, committed): never replaced from here
             raise ConfigError(f"{out} holds a finished run (its summary.json), which this run would replace; name "
                               "another folder with --out, or delete that one to run it again.")

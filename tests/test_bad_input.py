@@ -173,9 +173,7 @@ def test_bad_flag_one_line_code_2(capsys, tmp_path, data_root, argv, expected):
 
 def test_out_naming_a_file_leaves_the_file(capsys, tmp_path, data_root):
     (tmp_path / "notes.txt").write_text("mine")
-    code = main(["--data-root", str(data_root), "--out", str(tmp_path / "notes.txt")])
-    err = capsys.readouterr().err
-    assert code == 2 and err.startswith("error: ") and len(err.strip().splitlines()) == 1
+    err = fails(capsys, ["--data-root", str(data_root)], tmp_path / "notes.txt")
     assert f"--out {tmp_path / 'notes.txt'} is a file" in err and "name a new folder" in err
     assert (tmp_path / "notes.txt").read_text() == "mine"
 
