@@ -62,7 +62,10 @@ from benchmark.results import LAST_K
 from benchmark.transforms import augment
 from lightning_modules import fused as fused_engine
 from lightning_modules.base import batches, eval_batch, fit_local
+from lightning_modules.clients import resolve_device
 from lightning_modules.fedavg import FedAvgClient
+from ray_jobs.cli import OneLineParser
+from ray_jobs.config import DEVICES
 
 
 class TinyNet(nn.Module):
@@ -469,8 +472,9 @@ def device_slug(device: torch.device) -> str:
 
 
 def main(argv=None):
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--device", default="auto")
+    ap = OneLineParser(prog="python -m ray_jobs.bench", description=__doc__,
+                       formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--device", default="auto", help="auto (cuda when there is a GPU), cpu, cuda or cuda:N")
     ap.add_argument("--skip-ray", action="store_true", help="skip (3), e.g. on a machine without Ray")
     ap.add_argument("--out-dir", default="results/perf")
     ap.add_argument("--full-runs", action="store_true",
@@ -481,8 +485,13 @@ def main(argv=None):
     ap.add_argument("--profile", default="auto", choices=["auto", "small"],
                     help="auto: the sizes for the device; small: every section with small settings (a test)")
     args = ap.parse_args(argv)
-    device = torch.device("cuda" if args.device == "auto" and torch.cuda.is_available() else
-                          ("cpu" if args.device == "auto" else args.device))
+    if args.device not in DEVICES and not args.device.startswith("cuda:"):
+        ap.error(f"unknown device {args.device!r}; choose one of: {', '.join(DEVICES)} (or cuda:N)")
+    if args.device.startswith("cuda") and not torch.cuda.is_available():
+        ap.error(f"--device {args.device} but this machine has no CUDA GPU; use --device cpu or auto")
+    if args.full_rounds is not None and args.full_rounds < 1:
+        ap.error(f"--full-rounds must be at least 1 (got {args.full_rounds})")
+    device = resolve_device(args.device)
     prof = PROFILES["small" if args.profile == "small" else ("cuda" if device.type == "cuda" else "cpu")]
     small_run = {**SMALL_RUN, **prof["phases"]}
     lines = []

@@ -17,6 +17,7 @@ from benchmark.figures import (DEMO_RUNS, FORMATS, FigureError, demo_figures, fe
                                plot_grid, plot_local_prototypes, plot_tsne)
 from benchmark.results import MODEL_FILE, read_jsonl
 from lightning_modules.registry import METHODS
+from ray_jobs.cli import OneLineParser
 from ray_jobs.tables import METRICS, TABLES, make_target
 
 RUNS_LINE = "Runs: "  # the last line of a table report (ray_jobs.report) lists its runs
@@ -79,8 +80,8 @@ def regenerate(results_dirs) -> list[Path]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m ray_jobs.figures", description=__doc__,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = OneLineParser(prog="python -m ray_jobs.figures", description=__doc__,
+                       formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = ap.add_subparsers(dest="cmd", required=True)
     t = sub.add_parser("tsne", help="t-SNE of finished runs' test features, side by side")
     t.add_argument("run_dirs", nargs="+", type=Path, metavar="RUN_DIR")

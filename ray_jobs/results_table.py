@@ -31,6 +31,7 @@ from benchmark.provenance import hardware_label
 from benchmark.results import read_summary, run_complete
 from lightning_modules.registry import METHODS
 from ray_jobs import report_fedproto
+from ray_jobs.cli import OneLineParser
 from ray_jobs.plan import plan
 from ray_jobs.report import collect
 from ray_jobs.report_grid import grid_cell
@@ -233,8 +234,8 @@ def replace_section(readme: str, new: str) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m ray_jobs.results_table", description=__doc__,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = OneLineParser(prog="python -m ray_jobs.results_table", description=__doc__,
+                       formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--write", action="store_true", help="replace the section in README.md")
     args = ap.parse_args(argv)
     text = section()

@@ -30,6 +30,7 @@ from benchmark.provenance import run_provenance
 from benchmark.results import Recorder, protocol
 from lightning_modules.privacy import model_options
 from lightning_modules.registry import METHODS, HyperparameterError
+from ray_jobs.cli import OneLineParser
 from ray_jobs.config import RunConfig
 from ray_jobs.progress import RunProgress
 
@@ -53,17 +54,9 @@ def parse_hp(items: list[str]) -> dict:
     return out
 
 
-class OneLineParser(argparse.ArgumentParser):
-    """argparse that answers bad input with one line (`error: ...`) and exit code 2, no usage block."""
-
-    def error(self, message: str):
-        print(f"error: {message}; see `{self.prog} --help`.", file=sys.stderr)
-        sys.exit(2)
-
-
 def build_parser() -> argparse.ArgumentParser:
     p = OneLineParser(prog="python -m ray_jobs.run", description=__doc__,
-                                formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+                      formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     d = RunConfig.__dataclass_fields__
     p.add_argument("--preset", default=None,
                    help=f"a paper's protocol, one of {', '.join(PRESETS)}; the flags below override its values "

@@ -43,11 +43,12 @@ from benchmark.protocols import ConfigError
 from benchmark.results import run_complete
 from lightning_modules.clients import CLIENT_MEMORY
 from ray_jobs import report_fedproto, report_grid
+from ray_jobs.cli import OneLineParser
 from ray_jobs.config import RunConfig
 from ray_jobs.plan import check_data, check_no_finished_run_replaced, plan, reported_runs, select
 from ray_jobs.progress import SweepProgress
 from ray_jobs.report import log_wandb, report
-from ray_jobs.run import OneLineParser, RunError, gpus_needed, init_ray, run, run_gpu_shares
+from ray_jobs.run import RunError, gpus_needed, init_ray, run, run_gpu_shares
 from ray_jobs.tables import GROUPS, PROFILES, TABLES, report_name
 
 GPU_PARALLEL = 4  # local runs at once on a GPU by default; see local_concurrency
@@ -256,7 +257,7 @@ def now() -> str:
 
 def main(argv: list[str] | None = None) -> int:
     ap = OneLineParser(prog="python -m ray_jobs.sweep", description=__doc__,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+                       formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--table", required=True, choices=sorted([*TABLES, *GROUPS]),
                     help="a table, or a group of tables swept together: " + "; ".join(f"{g} = {', '.join(t)}" for g, t in GROUPS.items()))
     ap.add_argument("--profile", default="full", choices=sorted(PROFILES))

@@ -294,3 +294,33 @@ def test_a_run_that_reserves_no_gpu_on_a_cluster_with_gpus_is_told_so():
     assert unused_gpus_note(cfg, {"CPU": 32}) is None  # a cluster without GPUs
     shared = RunConfig(method="fpl", dataset="office_caltech", gpus_per_actor=0.25, driver_gpus=0.25)
     assert unused_gpus_note(shared, {"CPU": 32, "GPU": 4}) is None
+
+
+@pytest.mark.parametrize("command, argv, expected", [
+    ("bench", ["--device", "tpu"], "error: unknown device 'tpu'; choose one of: auto, cpu, cuda (or cuda:N); see "
+                                   "`python -m ray_jobs.bench --help`."),
+    ("bench", ["--device", "cuda"], "error: --device cuda but this machine has no CUDA GPU; use --device cpu or auto; "
+                                    "see `python -m ray_jobs.bench --help`."),
+    ("bench", ["--full-rounds", "0"], "error: --full-rounds must be at least 1 (got 0); see "
+                                      "`python -m ray_jobs.bench --help`."),
+    ("bench", ["--profile", "huge"], "error: argument --profile: invalid choice: 'huge' (choose from 'auto', 'small'); see "
+                                     "`python -m ray_jobs.bench --help`."),
+    ("figures", ["tsne"], "error: the following arguments are required: RUN_DIR; see "
+                          "`python -m ray_jobs.figures tsne --help`."),
+    ("figures", ["draw"], "error: argument cmd: invalid choice: 'draw' (choose from 'tsne', 'all'); see "
+                          "`python -m ray_jobs.figures --help`."),
+    ("results_table", ["--wirte"], "error: unrecognized arguments: --wirte; see "
+                                   "`python -m ray_jobs.results_table --help`."),
+])
+def test_every_command_line_answers_bad_flags_with_one_line(capsys, tmp_path, command, argv, expected):
+    """Each `python -m ray_jobs.X` answers a bad flag with one line naming it and its --help, no usage block,
+    before it writes anything (the bench's --out-dir stays empty)."""
+    import importlib
+
+    cli = importlib.import_module(f"ray_jobs.{command}")
+    extra = ["--out-dir", str(tmp_path / "perf")] if command == "bench" else []
+    with pytest.raises(SystemExit) as e:
+        cli.main([*argv, *extra])
+    assert e.value.code == 2
+    assert capsys.readouterr().err.strip() == expected
+    assert not (tmp_path / "perf").exists()
