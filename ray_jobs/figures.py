@@ -23,6 +23,12 @@ from ray_jobs.tables import METRICS, TABLES, make_target
 RUNS_LINE = "Runs: "  # the last line of a table report (ray_jobs.report) lists its runs
 
 
+def runs_line(runs) -> str:
+    """A report's line of its runs (RunConfigs), in the table's order (its rows, then their seeds): the order its
+    figures draw the methods and datasets in, which `regenerate` reads back."""
+    return RUNS_LINE + ", ".join(dict.fromkeys(c.run_name for c in runs))
+
+
 def table_figures(table: str, run_dirs, out_dir: Path, title: str = "") -> dict:
     """A table report's figures in out_dir: curves.{png,svg} and bars.{png,svg} beside the paper's table; a grid
     table's (FedPLVM's Figures 4 and 5) grid.{png,svg}, accuracy against the hyperparameter's value. Returns
@@ -71,7 +77,7 @@ def regenerate(results_dirs) -> list[Path]:
                       f"under {results_dir / 'runs'} (run `make {make_target(table)}{' PROFILE=smoke' if smoke else ''}` "
                       "to make them)")
                 continue
-            title = head.split(": reproduction")[0] + (", smoke profile" if smoke else "")
+            title = f"{TABLES[table].title}, {'smoke' if smoke else 'full'} profile"  # as the report titles them
             written += table_figures(table, run_dirs, results_dir / "figures" / md.stem, title)["files"]
     demo = [Path("results/runs") / n for n in DEMO_RUNS]
     if all((d / MODEL_FILE).is_file() for d in demo):

@@ -17,7 +17,7 @@ from benchmark.data import DATASETS, STAND_INS
 from benchmark.provenance import commit_label, hardware_label
 from benchmark.results import LAST_K, atomic_write, read_jsonl, read_summary, run_complete, wandb_mode
 from ray_jobs.config import RunConfig
-from ray_jobs.figures import RUNS_LINE, table_figures
+from ray_jobs.figures import runs_line, table_figures
 from ray_jobs.run import RunError
 from ray_jobs.tables import GAP_NOTES, METRICS, TABLES, make_target, report_name
 
@@ -234,7 +234,7 @@ def report(table: str, profile: str, runs: list[RunConfig], results_dir: Path) -
 def write_report(results_dir: Path, name: str, lines: list[str], csv_rows: list[dict], runs: list[RunConfig]) -> pd.DataFrame:
     """results_dir/<name>.md (`lines`, then the runs, the code's commits and the hardware) and <name>.csv
     (`csv_rows`); returns the csv's frame."""
-    lines = [*lines, RUNS_LINE + ", ".join(sorted({c.run_name for c in runs})), ""]
+    lines = [*lines, runs_line(runs), ""]
     provs = [json.loads((Path(c.out) / "config.json").read_text()).get("provenance") for c in runs]
     lines += [f"Code: commit {' | '.join(sorted({commit_label(p) for p in provs}))}. "
               f"Hardware: {' | '.join(sorted({hardware_label(p) for p in provs}))}.", ""]

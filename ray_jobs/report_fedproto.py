@@ -27,7 +27,7 @@ from benchmark.fewshot import SHOTS
 from benchmark.protocols import FEDPROTO_FIGURE3_SHOTS
 from benchmark.results import FEATURES_FILE, atomic_write, read_jsonl, read_summary, run_complete
 from ray_jobs.config import RunConfig
-from ray_jobs.figures import RUNS_LINE, table_figures
+from ray_jobs.figures import runs_line, table_figures
 from ray_jobs.report import gap_note
 from ray_jobs.run import RunError
 from ray_jobs.tables import TABLES
@@ -197,7 +197,7 @@ def report(profile: str, runs: list[RunConfig], results_dir: Path) -> tuple[pd.D
                              "ours_std": None if np.isnan(row.std) else round(float(row.std), 4),
                              "seeds": int(row.seeds), "client_std": round(float(row.client_std), 4), "paper": None,
                              "diff": None, "params_per_round": int(row.params)})
-    lines += [RUNS_LINE + ", ".join(sorted({c.run_name for c in runs})), ""]
+    lines += [runs_line(runs), ""]
     results_dir.mkdir(parents=True, exist_ok=True)
     atomic_write(results_dir / "tablefedproto.md", "\n".join(lines))
     out = pd.DataFrame(csv_rows)

@@ -122,6 +122,27 @@ def test_regenerate_redraws_a_report_from_its_run_folders(constructed, tmp_path,
     assert "skipped" in out and "table3.md: 1 of 1 run folders missing" in out and "written 4 figure files" in out
 
 
+def test_regenerate_draws_a_report_as_the_report_did(constructed, tmp_path, monkeypatch):
+    """`make figures` draws a table's methods and datasets in the order its report lists its runs (the table's:
+    FPL Table 2 puts fpl before fedavg, not alphabetically) under the report's own title."""
+    drawn = []
+
+    def spy(table, run_dirs, out_dir, title=""):
+        got = cli_table_figures(table, run_dirs, out_dir, title)
+        drawn.append((table, title, list(dict.fromkeys(got["bars"].method)), list(dict.fromkeys(got["curves"].method))))
+        return got
+
+    cli_table_figures = cli.table_figures
+    monkeypatch.setattr(cli, "table_figures", spy)
+    order = [RunConfig(method=m, dataset="digits", domains=DOMAINS, seed=s, rounds=ROUNDS) for m in ("fpl", "fedavg")
+             for s in SEEDS]
+    (tmp_path / "table2.md").write_text("# FPL Table 2: reproduction (full profile) — PARTIAL: 4 of its 48 runs\n\n"
+                                        + cli.runs_line(order) + "\n")
+    assert cli.regenerate([tmp_path])
+    assert drawn == [("2", "FPL Table 2, full profile", ["fpl", "fedavg"], ["fpl", "fedavg"])]
+    assert cli.runs_line(order) == cli.RUNS_LINE + ", ".join(c.run_name for c in order)
+
+
 def test_tsne_of_a_run_without_a_model_says_so(constructed, capsys):
     run_dir = constructed[("fpl", 0)][0]
     assert cli.main(["tsne", str(run_dir)]) == 2

@@ -36,18 +36,19 @@ def test_a_row_is_the_mean_and_std_of_its_seeds_summaries():
 
 def test_every_report_lists_the_committed_runs_of_its_table(data_root):
     """Each published table's report (results/table*.md, written by its sweep's `--report-only`) was made from the
-    complete run folders committed now: a run harvested later without a new report leaves it stale."""
+    complete run folders committed now (a run harvested later without a new report leaves it stale), and lists them
+    in the table's order, rows then seeds: the order `make figures` draws them in, as the report did."""
     from benchmark.results import run_complete
     from ray_jobs.figures import RUNS_LINE
     from ray_jobs.plan import plan
     from ray_jobs.tables import report_name
 
     for table, domains in results_table.PUBLISHED:
-        runs = sorted(Path(c.out).name for c in plan(table, "full", domains, ROOT / "results", str(data_root))
-                      if run_complete(c))
+        runs = [Path(c.out).name for c in plan(table, "full", domains, ROOT / "results", str(data_root))
+                if run_complete(c)]
         report = (ROOT / "results" / f"{report_name(table)}.md").read_text()
         listed = next(line for line in report.splitlines() if line.startswith(RUNS_LINE))
-        assert sorted(listed.removeprefix(RUNS_LINE).split(", ")) == runs, \
+        assert listed.removeprefix(RUNS_LINE).split(", ") == list(dict.fromkeys(runs)), \
             f"results/{report_name(table)}.md is stale: run its sweep with --report-only"
 
 
