@@ -21,6 +21,7 @@ ACTOR_RESTARTS ?= 3
 PARALLEL ?=
 GPUS_PER_ACTOR ?= 0
 DRIVER_GPUS ?= 0
+DRY_RUN ?=
 # make test: pytest-xdist processes, each running whole test modules (an in-process run trains on 1 CPU thread)
 TEST_WORKERS ?= 2
 export RAY_USAGE_STATS_ENABLED ?= 0
@@ -67,6 +68,7 @@ data: $(STAMP)
 ## of the protocol);
 ## METHODS=fedavg,fpl SEEDS=0 DATASETS=digits: run only part of the table (the report covers every
 ## complete run of it and says it is partial); VALUES=0.5,1: only these values of a grid's hyperparameter
+## DRY_RUN=1: list the runs it would make (and resume), after its checks; nothing runs, nothing is written
 $(TABLES): $(STAMP)
 	$(PY) -m ray_jobs.sweep --table $(patsubst -%,%,$(subst table,,$@)) --profile $(PROFILE) $(if $(DOMAINS),--domains $(DOMAINS)) \
 		$(if $(METHODS),--methods $(METHODS)) $(if $(SEEDS),--seeds $(SEEDS)) $(if $(DATASETS),--datasets $(DATASETS)) \
@@ -75,7 +77,7 @@ $(TABLES): $(STAMP)
 		--checkpoint-every $(CHECKPOINT_EVERY) --actor-restarts $(ACTOR_RESTARTS) $(if $(EVAL_EVERY),--eval-every $(EVAL_EVERY)) \
 		$(if $(PARTICIPATION),--participation $(PARTICIPATION)) $(if $(CLIENT_MEMORY),--client-memory $(CLIENT_MEMORY)) \
 		$(if $(SPREAD),--spread) $(if $(filter 0,$(CUDNN_BENCHMARK)),--no-cudnn-benchmark) \
-		--gpus-per-actor $(GPUS_PER_ACTOR) --driver-gpus $(DRIVER_GPUS)
+		--gpus-per-actor $(GPUS_PER_ACTOR) --driver-gpus $(DRIVER_GPUS) $(if $(DRY_RUN),--dry-run)
 
 ## every figure again from the run folders (table reports, smoke reports, the demo), no training
 figures: $(STAMP)

@@ -7,6 +7,7 @@ beside the paper.
     python -m ray_jobs.sweep --table all       # every registered method (not the ablation variants), FPL's protocol
     python -m ray_jobs.sweep --table fedplvm_fig4a   # a hyperparameter grid (FedPLVM's Figures 4, 5), its own report
     python -m ray_jobs.sweep --table 2 --methods fedavg,fpl --seeds 0 --datasets digits   # part of a table
+    python -m ray_jobs.sweep --table 2 --dry-run   # what it would run (and resume), starting and writing nothing
 
 The tables (their runs as method x preset, the paper's numbers, the metric, the seeds)
 are data in `ray_jobs.tables`; `ray_jobs.plan` makes their runs, `ray_jobs.report` their reports
@@ -38,6 +39,7 @@ import torch
 from threadpoolctl import threadpool_limits
 from tqdm import tqdm
 
+from benchmark import checkpoint
 from benchmark.data import DataError
 from benchmark.protocols import ConfigError
 from benchmark.results import run_complete
@@ -104,12 +106,18 @@ def worker_threads(n: int) -> int:
     return max(1, (os.cpu_count() or 1) // n)
 
 
-def execute(runs: list[RunConfig], parallel: int | None) -> list[str]:
-    """Run what is not complete yet, concurrently where resources allow; returns the names run."""
+def to_make(runs: list[RunConfig], parallel: int | None) -> list[RunConfig]:
+    """The runs not complete yet, after the checks made before any run."""
     if parallel is not None and parallel < 1:
         raise ConfigError(f"--parallel takes a number of runs at once, 1 or more (got {parallel}).")
     todo = [c for c in runs if not run_complete(c)]
     check_no_finished_run_replaced(todo)
+    return todo
+
+
+def execute(runs: list[RunConfig], parallel: int | None) -> list[str]:
+    """Run what is not complete yet, concurrently where resources allow; returns the names run."""
+    todo = to_make(runs, parallel)
     line = f"{len(runs) - len(todo)} of {len(runs)} runs already complete; running {len(todo)}"
     if not todo:
         print(line, flush=True)
@@ -129,6 +137,26 @@ def execute(runs: list[RunConfig], parallel: int | None) -> list[str]:
                        + "; ".join(f"{c.run_name} ({e})" for c, e in failed)
                        + ". Their folders hold error.txt; run the sweep again to retry them.")
     return [c.run_name for c in todo]
+
+
+def dry_run(table: str, profile: str, runs: list[RunConfig], parallel: int | None) -> list[str]:
+    """What `execute` would do with these runs, as lines, without running or writing anything: the runs to make
+    (each with the round its checkpoint would resume after), after the checks it makes first. How many go at once
+    under Ray is the cluster's to say when the sweep runs (not asked here: it would start Ray)."""
+    todo = to_make(runs, parallel)
+    lines = [f"dry run of --table {table} ({profile} profile): {len(runs) - len(todo)} of {len(runs)} runs already "
+             f"complete; it would make {len(todo)}" + (":" if todo else ".")]
+    for c in todo:
+        saved = checkpoint.listing(Path(c.out) / checkpoint.DIR)
+        resume = f"  (resumes after round {int(saved[0].stem.removeprefix('round_'))})" if saved else ""
+        lines.append(f"  {c.out}{resume}")
+    if todo:
+        if todo[0].executor == "local":
+            n, why = concurrency(todo, parallel)
+            lines.append(f"  {n} at once ({why})")
+        else:
+            lines.append("  as many at once as the Ray cluster fits (the sweep says how many when it runs)")
+    return [*lines, "No run started, nothing written (drop --dry-run to run them)."]
 
 
 def run_in_threads(todo: list[RunConfig], parallel: int, progress: SweepProgress) -> list[tuple[RunConfig, Exception]]:
@@ -271,8 +299,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--datasets", default=None, help="comma-separated: run only the table's runs on these datasets")
     ap.add_argument("--results-dir", default=None, help="default results/ (full) or results/smoke/ (smoke)")
     ap.add_argument("--data-root", default=None)
-    ap.add_argument("--report-only", action="store_true",
-                    help="run nothing: write the report from the table's complete runs (those missing say so)")
+    only = ap.add_mutually_exclusive_group()
+    only.add_argument("--report-only", action="store_true",
+                      help="run nothing: write the report from the table's complete runs (those missing say so)")
+    only.add_argument("--dry-run", action="store_true",
+                      help="run and write nothing: list the runs the sweep would make (and those it would resume "
+                           "from a checkpoint) after the checks it makes before any run")
     ap.add_argument("--parallel", type=int, default=None,
                     help="runs at once (default: Ray, as many as the cluster fits; local, 1 without a GPU and "
                          f"{GPU_PARALLEL} on one)")
@@ -338,6 +370,10 @@ def main(argv: list[str] | None = None) -> int:
                   else select(t, args.profile, runs[t], methods, seeds, datasets, values) for t in tables}
         for t in tables if not args.report_only else ():
             check_data(chosen[t], t)
+        if args.dry_run:
+            print("\n".join(dry_run(args.table, args.profile, list({c.out: c for t in tables for c in chosen[t]}.values()),
+                                   args.parallel)))
+            return 0
         if not args.report_only:
             execute(list({c.out: c for t in tables for c in chosen[t]}.values()), args.parallel)  # a shared run once
         dfs, unreported = {}, []
