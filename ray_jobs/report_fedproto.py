@@ -184,11 +184,16 @@ def report(profile: str, runs: list[RunConfig], results_dir: Path) -> tuple[pd.D
                   "with them. The runs: " + ", ".join(figs["tsne"]) + ".", "",
                   "![Figure 2: t-SNE of the test features](figures/tablefedproto/tsne.png)", ""]
     elif figs["tsne_lacking"]:
-        # complete runs without their features (a fresh clone: features.npz is not committed, 170 kB a run)
+        # complete runs without their features (a fresh clone: features.npz is not committed, 170 kB a run); a
+        # figure drawn when they were here (committed) stays the report's
+        drawn = (results_dir / "figures" / "tablefedproto" / "tsne.png").is_file()
         lines += ["## Figure 2: t-SNE of the test features and prototypes (n = 3, stdev of n 2)", "",
-                  f"Not drawn: it maps the test features its runs ({', '.join(figs['tsne_lacking'])}) save at their end "
-                  f"(`{FEATURES_FILE}`), which git does not keep, and this checkout lacks them. Delete those runs' "
-                  "`summary.json` and run the table again to make them (about 16 min a run on a 2-core CPU).", ""]
+                  ("The figure drawn earlier from" if drawn else "Not drawn:") + " the test features its runs "
+                  f"({', '.join(figs['tsne_lacking'])}) save at their end (`{FEATURES_FILE}`), which git does not keep "
+                  "and this checkout lacks" + (" (not redrawn now)" if drawn else "") + ". Delete those runs' "
+                  f"`summary.json` and run the table again to {'redraw it' if drawn else 'make them'} (about 16 min a "
+                  "run on a 2-core CPU).", "",
+                  *(["![Figure 2: t-SNE of the test features](figures/tablefedproto/tsne.png)", ""] if drawn else [])]
     if planned_k:
         lines += figure3_lines(agg, planned_k, figs["samples"] is not None)
         for row in agg[(agg.shots != SHOTS)].itertuples():

@@ -234,6 +234,16 @@ def test_a_partial_report_lists_every_planned_row_with_the_paper_beside_what_did
     assert len(pd.read_csv(copy / "tablefedproto.csv")) == 63 - 1 - 2 - 1
 
 
+def figure_2_section(results_dir) -> str:
+    """The Figure 2 section of the report `--report-only` writes from the runs under results_dir."""
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("WANDB_MODE", "disabled")
+        assert main([*ARGS, "--results-dir", str(results_dir), "--report-only"]) == 0
+    md = (results_dir / "tablefedproto.md").read_text()
+    section = md[md.index("## Figure 2"):]
+    return section[:section.index("\n## ") if "\n## " in section else None]
+
+
 def test_figure_2_says_what_a_checkout_without_the_features_lacks(smoke, tmp_path):
     """A fresh clone holds the runs' committed files only (no features.npz): the report says which runs Figure 2
     needs and how to make their features, instead of dropping the section."""
@@ -245,11 +255,12 @@ def test_figure_2_says_what_a_checkout_without_the_features_lacks(smoke, tmp_pat
             (runs / run.name).mkdir(parents=True)
             for name in ("config.json", "summary.json", "metrics.jsonl.gz"):
                 shutil.copy(run / name, runs / run.name)
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("WANDB_MODE", "disabled")
-        assert main([*ARGS, "--results-dir", str(tmp_path), "--report-only"]) == 0
-    md = (tmp_path / "tablefedproto.md").read_text()
-    section = md[md.index("## Figure 2"):]
-    section = section[:section.index("\n## ") if "\n## " in section else None]
+    section = figure_2_section(tmp_path)
     assert "Not drawn" in section and "tsne.png" not in section
     assert all(f"{m}-mnist-3way-seed0" in section for m in paper.FEDPROTO_FIGURE2)
+    # the figure drawn when the features were here (committed beside the report) stays the report's, said so
+    (tmp_path / "figures" / "tablefedproto" / "tsne.png").write_bytes(b"drawn earlier")
+    section = figure_2_section(tmp_path)
+    assert "The figure drawn earlier from the test features" in section and "(not redrawn now)" in section
+    assert "![Figure 2: t-SNE of the test features](figures/tablefedproto/tsne.png)" in section
+    assert (tmp_path / "figures" / "tablefedproto" / "tsne.png").read_bytes() == b"drawn earlier"
