@@ -96,7 +96,8 @@ def main(argv: list[str] | None = None) -> int:
     t.add_argument("--per-domain", type=int, default=300, help="test images per domain (of those the run evaluated)")
     t.add_argument("--data-root", default=None, help="default: the run's data root, else the usual lookup")
     a = sub.add_parser("all", help="redraw every figure from existing run folders (make figures)")
-    a.add_argument("results_dirs", nargs="*", type=Path, default=[Path("results"), Path("results/smoke")])
+    a.add_argument("results_dirs", nargs="*", type=Path,
+                   help="default: results and results/smoke, those of them that exist")
     args = ap.parse_args(argv)
     try:
         if args.cmd == "tsne":
@@ -108,7 +109,12 @@ def main(argv: list[str] | None = None) -> int:
             plot_tsne(args.run_dirs, out.with_suffix(""), args.per_domain, args.data_root)
             print(f"written: {out}, {out.with_suffix('.svg')}")
         else:
-            files = regenerate(args.results_dirs)
+            dirs = args.results_dirs or [d for d in (Path("results"), Path("results/smoke")) if d.is_dir()]
+            absent = [str(d) for d in dirs if not d.is_dir()]
+            if absent:
+                raise FigureError(f"{', '.join(absent)}: no such folder; name results folders that hold table "
+                                  "reports (table*.md and runs/), e.g. results.")
+            files = regenerate(dirs)
             print(f"written {len(files)} figure files" + "".join(f"\n  {f}" for f in files))
     except (FigureError, DataError) as e:
         print(f"error: {e}", file=sys.stderr)

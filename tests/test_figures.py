@@ -143,6 +143,12 @@ def test_regenerate_draws_a_report_as_the_report_did(constructed, tmp_path, monk
     assert cli.runs_line(order) == cli.RUNS_LINE + ", ".join(c.run_name for c in order)
 
 
+def test_regenerate_of_a_folder_that_is_not_there_says_so(tmp_path, capsys):
+    assert cli.main(["all", str(tmp_path), str(tmp_path / "gone")]) == 2
+    assert capsys.readouterr().err == (f"error: {tmp_path / 'gone'}: no such folder; name results folders that hold "
+                                       "table reports (table*.md and runs/), e.g. results.\n")
+
+
 def test_tsne_of_a_run_without_a_model_says_so(constructed, capsys):
     run_dir = constructed[("fpl", 0)][0]
     assert cli.main(["tsne", str(run_dir)]) == 2
