@@ -51,10 +51,13 @@ class RunProgress:
 
 
 class SweepProgress:
-    """Runs of a sweep: counts done, running, failed and left, with the time left; thread-safe."""
+    """Runs of a sweep: counts done, running, failed and left, with the time left; thread-safe. Given the `rounds`
+    its runs have left to train, the time left comes from the rounds trained so far (`round`, after each round of
+    a run: a line for each evaluated one), else from the runs finished."""
 
-    def __init__(self, total: int, stream=None):
+    def __init__(self, total: int, stream=None, rounds: int | None = None):
         self.total, self.done, self.running, self.failed = total, 0, 0, 0
+        self.rounds, self.trained = rounds, 0
         self.t0, self.lock = time.monotonic(), threading.Lock()
         self.stream = stream or sys.stdout
         self.bar = (tqdm(total=total, desc="sweep", unit="runs", file=self.stream, bar_format=BAR_FORMAT,
@@ -62,7 +65,9 @@ class SweepProgress:
 
     def counts(self) -> str:
         left = self.total - self.done - self.failed - self.running
-        eta = _eta(time.monotonic() - self.t0, self.done + self.failed, self.total)
+        elapsed = time.monotonic() - self.t0
+        eta = (_eta(elapsed, self.trained, self.rounds) if self.rounds else
+               _eta(elapsed, self.done + self.failed, self.total))
         return f"{self.done} done, {self.running} running, {self.failed} failed, {left} left, ETA {eta}"
 
     def _show(self, line: str | None) -> None:
@@ -81,6 +86,14 @@ class SweepProgress:
         with self.lock:
             self.running += 1
             self._show(None if self.bar is not None else f"started {name}")
+
+    def round(self, name: str, round_idx: int, rounds: int, avg: float | None) -> None:
+        """Run `name` trained round `round_idx` (0-based) of its `rounds`; `avg` its AVG accuracy, None where the
+        evaluation schedule skipped it (no line then)."""
+        with self.lock:
+            self.trained += 1
+            self._show(None if avg is None or self.bar is not None else
+                       f"{name}: round {round_idx + 1}/{rounds}, AVG {avg:.2f}")
 
     def finished(self, name: str, summary: dict) -> None:
         with self.lock:

@@ -274,8 +274,9 @@ def plan_run_clients(cfg: RunConfig, root: Path | None = None) -> list[dict]:
 
 
 def run(cfg: RunConfig, quiet: bool = False, resume: bool = False,
-        resume_hint: str = "run the same command again with --resume") -> dict:
-    """Run one experiment end to end; returns summary.json's content.
+        resume_hint: str = "run the same command again with --resume", on_round=None) -> dict:
+    """Run one experiment end to end; returns summary.json's content. `on_round(record)`, if given, gets each
+    round's metrics.jsonl record once it is logged (a sweep's progress).
 
     Every `checkpoint_every` rounds the run folder gets a checkpoint (`benchmark.checkpoint`); with `resume` the run
     continues from the newest readable one (a fresh start, said so, when there is none). `resume_hint`
@@ -338,6 +339,8 @@ def run(cfg: RunConfig, quiet: bool = False, resume: bool = False,
                                               "metrics": recorder.rounds})
             if progress:
                 progress.update(rec)
+            if on_round:
+                on_round(rec)
         final = call("final_state")
         if final is not None:  # None: no global model (each client kept its own)
             recorder.save_model(final)

@@ -124,7 +124,7 @@ def execute(runs: list[RunConfig], parallel: int | None) -> list[str]:
         return []
     parallel, why = concurrency(todo, parallel)
     print(f"{line}, {parallel} at once ({why})", flush=True)
-    progress = SweepProgress(len(todo))
+    progress = SweepProgress(len(todo), rounds=sum(c.rounds - resume_round(c) for c in todo))
     if todo[0].executor == "local" and parallel > 1:
         failed = run_in_workers(todo, parallel, progress)
     else:
@@ -139,6 +139,17 @@ def execute(runs: list[RunConfig], parallel: int | None) -> list[str]:
     return [c.run_name for c in todo]
 
 
+def resume_round(c: RunConfig) -> int:
+    """The rounds a run's newest checkpoint holds (0 without one): where the sweep resumes it."""
+    saved = checkpoint.listing(Path(c.out) / checkpoint.DIR)
+    return int(saved[0].stem.removeprefix("round_")) + 1 if saved else 0
+
+
+def avg_of(rec: dict) -> float | None:
+    """A round record's AVG accuracy; None for a round the evaluation schedule skipped."""
+    return None if rec.get("accuracy") is None else rec["accuracy"]["AVG"]
+
+
 def dry_run(table: str, profile: str, runs: list[RunConfig], parallel: int | None) -> list[str]:
     """What `execute` would do with these runs, as lines, without running or writing anything: the runs to make
     (each with the round its checkpoint would resume after), after the checks it makes first. How many go at once
@@ -147,9 +158,7 @@ def dry_run(table: str, profile: str, runs: list[RunConfig], parallel: int | Non
     lines = [f"dry run of --table {table} ({profile} profile): {len(runs) - len(todo)} of {len(runs)} runs already "
              f"complete; it would make {len(todo)}" + (":" if todo else ".")]
     for c in todo:
-        saved = checkpoint.listing(Path(c.out) / checkpoint.DIR)
-        resume = f"  (resumes after round {int(saved[0].stem.removeprefix('round_'))})" if saved else ""
-        lines.append(f"  {c.out}{resume}")
+        lines.append(f"  {c.out}" + (f"  (resumes after round {resume_round(c) - 1})" if resume_round(c) else ""))
     if todo:
         if todo[0].executor == "local":
             n, why = concurrency(todo, parallel)
@@ -164,7 +173,8 @@ def run_in_threads(todo: list[RunConfig], parallel: int, progress: SweepProgress
     def one(cfg: RunConfig):
         progress.started(cfg.run_name)
         try:
-            summary = run(cfg, quiet=True, resume=True, resume_hint=RESUME_HINT)  # an interrupted run goes on
+            summary = run(cfg, quiet=True, resume=True, resume_hint=RESUME_HINT,  # an interrupted run goes on
+                          on_round=lambda rec: progress.round(cfg.run_name, rec["round"], cfg.rounds, avg_of(rec)))
         except Exception as e:
             progress.failed_run(cfg.run_name, str(e) or repr(e))
             raise
@@ -194,8 +204,12 @@ def run_in_workers(todo: list[RunConfig], parallel: int, progress: SweepProgress
                 running[receiver] = (cfg, proc)
                 progress.started(cfg.run_name)
             for receiver in multiprocessing.connection.wait(list(running)):
-                cfg, proc = running.pop(receiver)
+                cfg, proc = running[receiver]
                 ok, result = worker_result(receiver, proc, cfg)
+                if ok == "round":  # (round index, AVG) of a round the run trained: it goes on
+                    progress.round(cfg.run_name, result[0], cfg.rounds, result[1])
+                    continue
+                running.pop(receiver)
                 if ok:
                     progress.finished(cfg.run_name, result)
                 else:
@@ -218,8 +232,9 @@ def run_in_workers(todo: list[RunConfig], parallel: int, progress: SweepProgress
     return failed
 
 
-def worker_result(receiver, proc, cfg: RunConfig) -> tuple[bool, dict | str]:
-    """(True, summary) of a worker whose run completed, else (False, why it did not)."""
+def worker_result(receiver, proc, cfg: RunConfig) -> tuple[bool | str, dict | str | tuple]:
+    """A worker's next word: ("round", (round index, AVG or None)) after each round its run trains, then
+    (True, summary) when the run completed, else (False, why it did not)."""
     try:
         ok, result = receiver.recv()
     except EOFError:  # the process died without a word (killed, out of memory)
@@ -227,6 +242,8 @@ def worker_result(receiver, proc, cfg: RunConfig) -> tuple[bool, dict | str]:
         code = proc.exitcode
         how = f"killed by {signal.Signals(-code).name}" if code and code < 0 else f"exit code {code}"
         ok, result = False, f"its worker process {proc.pid} died ({how}); see {Path(cfg.out) / 'run.log'}"
+    if ok == "round":
+        return ok, result
     proc.join()
     receiver.close()
     return ok, result
@@ -253,6 +270,12 @@ def worker(cfg: RunConfig, threads: int, sender) -> None:
         os.kill(os.getpid(), signal.SIGTERM)
 
     threading.Thread(target=stop_when_orphaned, daemon=True, name="orphan check").start()
+    def tell(rec: dict) -> None:  # each round trained, for the sweep's progress
+        try:
+            sender.send(("round", (rec["round"], avg_of(rec))))
+        except OSError:  # the sweep is gone: the orphan check stops the run
+            pass
+
     out = Path(cfg.out)
     out.mkdir(parents=True, exist_ok=True)
     with open(out / "run.log", "a") as log:
@@ -264,7 +287,7 @@ def worker(cfg: RunConfig, threads: int, sender) -> None:
         threadpool_limits(threads)  # numpy's and scikit-learn's BLAS and OpenMP pools (FINCH)
         print(f"sweep worker pid {os.getpid()}: started {now()} ({threads} CPU thread{'s' * (threads > 1)})")
         try:
-            result = True, run(cfg, quiet=False, resume=True, resume_hint=RESUME_HINT)
+            result = True, run(cfg, quiet=False, resume=True, resume_hint=RESUME_HINT, on_round=tell)
         except KeyboardInterrupt:
             result = False, "interrupted (Ctrl-C)"
         except Exception as e:

@@ -315,3 +315,25 @@ def test_wandb_config_and_tags_carry_method_hyperparameters():
     conf, tags = wandb_config(cfg), wandb_tags(cfg)
     assert conf["tau"] == 0.05 and conf["upcr_target"] == "unbiased" and "hparams" not in conf
     assert {"method:fpl", "seed:0", "tau:0.05", "cpcl:True", "upcr_target:unbiased"} <= set(tags)
+
+
+def test_sweep_progress_counts_rounds_and_shows_the_evaluated_ones():
+    """Given the rounds its runs have left, a sweep's time left comes from the rounds trained (not ? until a run
+    ends), and each evaluated round is a line (plain mode); a skipped evaluation is counted, not shown."""
+    out = io.StringIO()
+    p = SweepProgress(2, stream=out, rounds=8)
+    p.started("a")
+    assert p.counts().endswith("ETA ?")
+    p.round("a", 0, 4, None)
+    p.round("a", 1, 4, 12.5)
+    assert p.trained == 2 and p.counts().startswith("0 done, 1 running, 0 failed, 1 left, ETA 00:0")
+    lines = out.getvalue().splitlines()
+    assert lines[-1].startswith("[0 done, 1 running, 0 failed, 1 left, ETA ")
+    assert lines[-1].endswith("] a: round 2/4, AVG 12.50")
+    assert not any("round 1/4" in line for line in lines)
+    term = Terminal()
+    bar = SweepProgress(2, stream=term, rounds=8)
+    bar.started("a")
+    bar.round("a", 1, 4, 12.5)
+    bar.close()
+    assert "a: round" not in term.getvalue()

@@ -144,7 +144,10 @@ def test_a_partial_sweep_runs_what_it_names_and_reports_every_complete_run(smoke
     assert main([*args, "--methods", "fedavg,fpl", "--seeds", "0"]) == 0
     assert "4 of 4 runs already complete; running 0" in capsys.readouterr().out
     assert main([*args, "--methods", "fedprox", "--datasets", "office_caltech"]) == 0
-    assert "0 of 1 runs already complete; running 1" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "0 of 1 runs already complete; running 1" in out
+    final = json.loads((copy / "runs" / "fedprox-office_caltech-default-seed0" / "summary.json").read_text())["final"]
+    assert f"] fedprox-office_caltech-default-seed0: round 2/2, AVG {final['AVG']:.2f}\n" in out  # the sweep's progress
     part, full = pd.read_csv(copy / "table2.csv"), pd.read_csv(smoke / "table2.csv")
     assert sorted(set(zip(part.method, part.dataset))) == [("fedavg", "digits"), ("fedavg", "office_caltech"),
                                                            ("fedprox", "office_caltech"), ("fpl", "digits"),

@@ -70,8 +70,12 @@ def test_parallel_2_gives_the_numbers_of_one_run_at_a_time_with_both_in_flight(d
             f"{hint})") in capsys.readouterr().out
     assert main([*args, "--results-dir", str(tmp_path / "two"), "--parallel", "2"]) == 0
     threads = max(1, os.cpu_count() // 2)
+    out = capsys.readouterr().out
     assert (f"0 of 2 runs already complete; running 2, 2 at once (--parallel 2; worker processes of at most {threads} "
-            "CPU thread(s) each, output in <run folder>/run.log)") in capsys.readouterr().out
+            "CPU thread(s) each, output in <run folder>/run.log)") in out
+    for name in RUNS:  # each worker's rounds reach the sweep's progress
+        final = json.loads((tmp_path / "two" / "runs" / name / "summary.json").read_text())["final"]
+        assert f"] {name}: round 2/2, AVG {final['AVG']:.2f}\n" in out
     for name in RUNS:
         one, two = tmp_path / "one" / "runs" / name, tmp_path / "two" / "runs" / name
         s1, s2 = (json.loads((d / "summary.json").read_text()) for d in (one, two))
