@@ -20,7 +20,8 @@ def assign_groups(clients: list[dict], num_groups: int) -> list[list[dict]]:
     clients in id order. Which group trains a client does not change a run's numbers (docs/reliability.md).
     FPL's Office-Caltech clients over 2 groups: 505 and 485 samples, where dealing them out in turn gave 561 and
     429."""
-    groups, totals = [[] for _ in range(min(num_groups, len(clients)))], [0] * min(num_groups, len(clients))
+    n = min(num_groups, len(clients))
+    groups, totals = [[] for _ in range(n)], [0] * n
     for c in sorted(clients, key=lambda c: -c["num_samples"]):  # stable: equal sizes in id order
         g = totals.index(min(totals))
         groups[g].append(c)

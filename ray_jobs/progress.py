@@ -60,8 +60,9 @@ class SweepProgress:
         self.rounds, self.trained = rounds, 0
         self.t0, self.lock = time.monotonic(), threading.Lock()
         self.stream = stream or sys.stdout
-        self.bar = (tqdm(total=total, desc="sweep", unit="runs", file=self.stream, bar_format=BAR_FORMAT,
-                         dynamic_ncols=True, mininterval=0) if self.stream.isatty() else None)
+        # on a terminal a bar over the rounds when they are given (its time left then comes from them), else the runs
+        self.bar = (tqdm(total=rounds or total, desc="sweep", unit="rounds" if rounds else "runs", file=self.stream,
+                         bar_format=BAR_FORMAT, dynamic_ncols=True, mininterval=0) if self.stream.isatty() else None)
 
     def counts(self) -> str:
         left = self.total - self.done - self.failed - self.running
@@ -77,9 +78,10 @@ class SweepProgress:
             return
         if line:
             self.bar.write(line, file=self.stream)
-        self.bar.n = self.done + self.failed
+        self.bar.n = self.trained if self.rounds else self.done + self.failed
         left = self.total - self.done - self.failed - self.running
-        self.bar.set_postfix_str(f"{self.running} running, {self.failed} failed, {left} left", refresh=False)
+        done = f"{self.done} done, " if self.rounds else ""
+        self.bar.set_postfix_str(f"{done}{self.running} running, {self.failed} failed, {left} left", refresh=False)
         self.bar.refresh()
 
     def started(self, name: str) -> None:

@@ -158,7 +158,8 @@ def dry_run(table: str, profile: str, runs: list[RunConfig], parallel: int | Non
     lines = [f"dry run of --table {table} ({profile} profile): {len(runs) - len(todo)} of {len(runs)} runs already "
              f"complete; it would make {len(todo)}" + (":" if todo else ".")]
     for c in todo:
-        lines.append(f"  {c.out}" + (f"  (resumes after round {resume_round(c) - 1})" if resume_round(c) else ""))
+        first = resume_round(c)
+        lines.append(f"  {c.out}" + (f"  (resumes after round {first - 1})" if first else ""))
     if todo:
         if todo[0].executor == "local":
             n, why = concurrency(todo, parallel)

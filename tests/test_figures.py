@@ -334,6 +334,9 @@ def test_sweep_progress_counts_rounds_and_shows_the_evaluated_ones():
     term = Terminal()
     bar = SweepProgress(2, stream=term, rounds=8)
     bar.started("a")
+    bar.round("a", 0, 4, None)
     bar.round("a", 1, 4, 12.5)
+    last = term.getvalue().split("\r")[-1]
     bar.close()
     assert "a: round" not in term.getvalue()
+    assert last.startswith("sweep 2/8 rounds |") and last.rstrip().endswith("0 done, 1 running, 0 failed, 1 left")
