@@ -52,22 +52,24 @@ class RunProgress:
 
 class SweepProgress:
     """Runs of a sweep: counts done, running, failed and left, with the time left; thread-safe. Given the `rounds`
-    its runs have left to train, the time left comes from the rounds trained so far (`round`, after each round of
-    a run: a line for each evaluated one), else from the runs finished."""
+    each run has left to train (run name -> rounds), the time left comes from the rounds trained so far (`round`,
+    after each round of a run: a line for each evaluated one) against those left (a run that ends, failed or not,
+    has none left), else from the runs finished."""
 
-    def __init__(self, total: int, stream=None, rounds: int | None = None):
+    def __init__(self, total: int, stream=None, rounds: dict[str, int] | None = None):
         self.total, self.done, self.running, self.failed = total, 0, 0, 0
-        self.rounds, self.trained = rounds, 0
+        self.rounds_left, self.trained = (None if rounds is None else dict(rounds)), 0
         self.t0, self.lock = time.monotonic(), threading.Lock()
         self.stream = stream or sys.stdout
         # on a terminal a bar over the rounds when they are given (its time left then comes from them), else the runs
-        self.bar = (tqdm(total=rounds or total, desc="sweep", unit="rounds" if rounds else "runs", file=self.stream,
-                         bar_format=BAR_FORMAT, dynamic_ncols=True, mininterval=0) if self.stream.isatty() else None)
+        self.bar = (tqdm(total=sum(rounds.values()) if rounds else total, desc="sweep",
+                         unit="rounds" if rounds else "runs", file=self.stream, bar_format=BAR_FORMAT,
+                         dynamic_ncols=True, mininterval=0) if self.stream.isatty() else None)
 
     def counts(self) -> str:
         left = self.total - self.done - self.failed - self.running
         elapsed = time.monotonic() - self.t0
-        eta = (_eta(elapsed, self.trained, self.rounds) if self.rounds else
+        eta = (_eta(elapsed, self.trained, self.trained + sum(self.rounds_left.values())) if self.rounds_left else
                _eta(elapsed, self.done + self.failed, self.total))
         return f"{self.done} done, {self.running} running, {self.failed} failed, {left} left, ETA {eta}"
 
@@ -78,9 +80,12 @@ class SweepProgress:
             return
         if line:
             self.bar.write(line, file=self.stream)
-        self.bar.n = self.trained if self.rounds else self.done + self.failed
+        if self.rounds_left:
+            self.bar.total, self.bar.n = self.trained + sum(self.rounds_left.values()), self.trained
+        else:
+            self.bar.n = self.done + self.failed
         left = self.total - self.done - self.failed - self.running
-        done = f"{self.done} done, " if self.rounds else ""
+        done = f"{self.done} done, " if self.rounds_left else ""
         self.bar.set_postfix_str(f"{done}{self.running} running, {self.failed} failed, {left} left", refresh=False)
         self.bar.refresh()
 
@@ -94,6 +99,8 @@ class SweepProgress:
         evaluation schedule skipped it (no line then)."""
         with self.lock:
             self.trained += 1
+            if self.rounds_left:
+                self.rounds_left[name] = max(0, self.rounds_left.get(name, 1) - 1)
             self._show(None if avg is None or self.bar is not None else
                        f"{name}: round {round_idx + 1}/{rounds}, AVG {avg:.2f}")
 
@@ -101,6 +108,7 @@ class SweepProgress:
         with self.lock:
             self.running -= 1
             self.done += 1
+            self.ended(name)
             # both metrics: FPL's tables read the last-5 mean, FedPLVM's and FedProto's the final round
             last5 = "" if summary["last5"] is None else f", {summary['last5']['AVG']:.2f} last-5 mean"
             self._show(f"{name}: AVG {summary['final']['AVG']:.2f} final{last5} ({summary['wall_time_s']:.0f}s)")
@@ -109,7 +117,13 @@ class SweepProgress:
         with self.lock:
             self.running -= 1
             self.failed += 1
+            self.ended(name)
             self._show(f"{name} FAILED: {message}")
+
+    def ended(self, name: str) -> None:
+        """Run `name` trains no more rounds (it finished, or failed with rounds untrained)."""
+        if self.rounds_left:
+            self.rounds_left[name] = 0
 
     def close(self) -> float:
         """Closes the bar; returns the seconds since the start."""

@@ -124,7 +124,7 @@ def execute(runs: list[RunConfig], parallel: int | None) -> list[str]:
         return []
     parallel, why = concurrency(todo, parallel)
     print(f"{line}, {parallel} at once ({why})", flush=True)
-    progress = SweepProgress(len(todo), rounds=sum(c.rounds - resume_round(c) for c in todo))
+    progress = SweepProgress(len(todo), rounds={c.run_name: c.rounds - resume_round(c) for c in todo})
     if todo[0].executor == "local" and parallel > 1:
         failed = run_in_workers(todo, parallel, progress)
     else:

@@ -318,25 +318,36 @@ def test_wandb_config_and_tags_carry_method_hyperparameters():
 
 
 def test_sweep_progress_counts_rounds_and_shows_the_evaluated_ones():
-    """Given the rounds its runs have left, a sweep's time left comes from the rounds trained (not ? until a run
-    ends), and each evaluated round is a line (plain mode); a skipped evaluation is counted, not shown."""
+    """Given the rounds each run has left, a sweep's time left comes from the rounds trained (not ? until a run
+    ends), and each evaluated round is a line (plain mode); a skipped evaluation is counted, not shown; a run that
+    fails leaves no rounds behind it (the time left is 0 once the others end)."""
     out = io.StringIO()
-    p = SweepProgress(2, stream=out, rounds=8)
+    p = SweepProgress(2, stream=out, rounds={"a": 4, "b": 4})
     p.started("a")
+    p.started("b")
     assert p.counts().endswith("ETA ?")
     p.round("a", 0, 4, None)
     p.round("a", 1, 4, 12.5)
-    assert p.trained == 2 and p.counts().startswith("0 done, 1 running, 0 failed, 1 left, ETA 00:0")
+    assert p.trained == 2 and p.counts().startswith("0 done, 2 running, 0 failed, 0 left, ETA 00:0")
     lines = out.getvalue().splitlines()
-    assert lines[-1].startswith("[0 done, 1 running, 0 failed, 1 left, ETA ")
+    assert lines[-1].startswith("[0 done, 2 running, 0 failed, 0 left, ETA ")
     assert lines[-1].endswith("] a: round 2/4, AVG 12.50")
     assert not any("round 1/4" in line for line in lines)
+    assert p.rounds_left == {"a": 2, "b": 4}
+    p.failed_run("b", "boom")
+    p.round("a", 2, 4, 20.0)
+    p.round("a", 3, 4, 30.0)
+    p.finished("a", {"final": {"AVG": 30.0}, "last5": None, "wall_time_s": 1})
+    assert p.rounds_left == {"a": 0, "b": 0} and p.counts() == "1 done, 0 running, 1 failed, 0 left, ETA 00:00"
     term = Terminal()
-    bar = SweepProgress(2, stream=term, rounds=8)
+    bar = SweepProgress(2, stream=term, rounds={"a": 4, "b": 4})
     bar.started("a")
     bar.round("a", 0, 4, None)
     bar.round("a", 1, 4, 12.5)
     last = term.getvalue().split("\r")[-1]
+    bar.failed_run("a", "boom")
+    after = term.getvalue().split("\r")[-1]
     bar.close()
     assert "a: round" not in term.getvalue()
     assert last.startswith("sweep 2/8 rounds |") and last.rstrip().endswith("0 done, 1 running, 0 failed, 1 left")
+    assert after.startswith("sweep 2/6 rounds |")  # a's 2 rounds left are gone

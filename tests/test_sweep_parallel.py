@@ -60,7 +60,7 @@ def test_parallel_2_gives_the_numbers_of_one_run_at_a_time_with_both_in_flight(d
     transient = np.ones(TRANSIENT_MIB * 2**20 // 8)  # this process's peak resident set raised by 2 GiB, then freed
     del transient
     hwm_before = vm_kib("VmHWM") / 2**10
-    assert hwm_before >= rss_before + TRANSIENT_MIB - 1
+    assert hwm_before >= rss_before + TRANSIENT_MIB - 64  # (other memory may be freed meanwhile: seen 2.8 MiB in CI)
     assert main([*args, "--results-dir", str(tmp_path / "one")]) == 0
     hwm_after = vm_kib("VmHWM") / 2**10
     cpus = os.cpu_count()
