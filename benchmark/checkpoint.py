@@ -59,6 +59,12 @@ def listing(ckpt_dir: Path) -> list[Path]:
     return sorted(Path(ckpt_dir).glob("round_*.pt"), reverse=True)
 
 
+def newest_round(ckpt_dir: Path) -> int | None:
+    """The round of the newest checkpoint file (by its name, unread), None without one."""
+    files = listing(ckpt_dir)
+    return int(files[0].stem.removeprefix("round_")) if files else None
+
+
 def read(path: Path) -> dict:
     """The checkpoint's content; CheckpointError when the file is truncated or corrupt."""
     import torch

@@ -357,9 +357,9 @@ def run(cfg: RunConfig, quiet: bool = False, resume: bool = False,
                    "node died, and the run stopped.")
         else:
             msg = str(getattr(e, "cause", None) or e).strip().splitlines()[-1] if str(e) else repr(e)
-        done = checkpoint.listing(ckpt_dir)
-        msg += (f" The run folder keeps its rounds up to {int(done[0].stem.split('_')[1])} (checkpoint); to continue, "
-                f"{resume_hint}." if done else "")
+        done = checkpoint.newest_round(ckpt_dir)
+        msg += (f" The run folder keeps its rounds up to {done} (checkpoint); to continue, {resume_hint}."
+                if done is not None else "")
         if recorder:  # error.txt, and the W&B run finished as failed
             recorder.fail(msg)
         if cfg.executor == "ray":  # free its resources now: the traceback would keep the actors alive

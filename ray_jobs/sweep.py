@@ -141,8 +141,8 @@ def execute(runs: list[RunConfig], parallel: int | None) -> list[str]:
 
 def resume_round(c: RunConfig) -> int:
     """The rounds a run's newest checkpoint holds (0 without one): where the sweep resumes it."""
-    saved = checkpoint.listing(Path(c.out) / checkpoint.DIR)
-    return int(saved[0].stem.removeprefix("round_")) + 1 if saved else 0
+    newest = checkpoint.newest_round(Path(c.out) / checkpoint.DIR)
+    return 0 if newest is None else newest + 1
 
 
 def avg_of(rec: dict) -> float | None:
