@@ -471,7 +471,7 @@ def device_slug(device: torch.device) -> str:
     return "-".join("".join(ch if ch.isalnum() else " " for ch in torch.cuda.get_device_name(device).lower()).split())
 
 
-def main(argv=None):
+def build_parser() -> OneLineParser:
     ap = OneLineParser(prog="python -m ray_jobs.bench", description=__doc__,
                        formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--device", default="auto", help="auto (cuda when there is a GPU), cpu, cuda or cuda:N")
@@ -484,6 +484,12 @@ def main(argv=None):
                          "(a short GPU window: about a minute for K = 3)")
     ap.add_argument("--profile", default="auto", choices=["auto", "small"],
                     help="auto: the sizes for the device; small: every section with small settings (a test)")
+    return ap
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    """The bench's arguments, refused with one line each where they cannot run here."""
+    ap = build_parser()
     args = ap.parse_args(argv)
     if args.device not in DEVICES and not args.device.startswith("cuda:"):
         ap.error(f"unknown device {args.device!r}; choose one of: {', '.join(DEVICES)} (or cuda:N)")
@@ -491,6 +497,11 @@ def main(argv=None):
         ap.error(f"--device {args.device} but this machine has no CUDA GPU; use --device cpu or auto")
     if args.full_rounds is not None and args.full_rounds < 1:
         ap.error(f"--full-rounds must be at least 1 (got {args.full_rounds})")
+    return args
+
+
+def main(argv=None):
+    args = parse_args(argv)
     device = resolve_device(args.device)
     prof = PROFILES["small" if args.profile == "small" else ("cuda" if device.type == "cuda" else "cpu")]
     small_run = {**SMALL_RUN, **prof["phases"]}

@@ -85,7 +85,7 @@ def regenerate(results_dirs) -> list[Path]:
     return written
 
 
-def main(argv: list[str] | None = None) -> int:
+def build_parser() -> OneLineParser:
     ap = OneLineParser(prog="python -m ray_jobs.figures", description=__doc__,
                        formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = ap.add_subparsers(dest="cmd", required=True)
@@ -98,7 +98,11 @@ def main(argv: list[str] | None = None) -> int:
     a = sub.add_parser("all", help="redraw every figure from existing run folders (make figures)")
     a.add_argument("results_dirs", nargs="*", type=Path,
                    help="default: results and results/smoke, those of them that exist")
-    args = ap.parse_args(argv)
+    return ap
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
     try:
         if args.cmd == "tsne":
             if args.per_domain < 2:

@@ -233,11 +233,15 @@ def replace_section(readme: str, new: str) -> str:
     return head + new + rest.split(END, 1)[1]
 
 
-def main(argv: list[str] | None = None) -> int:
+def build_parser() -> OneLineParser:
     ap = OneLineParser(prog="python -m ray_jobs.results_table", description=__doc__,
                        formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--write", action="store_true", help="replace the section in README.md")
-    args = ap.parse_args(argv)
+    return ap
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
     text = section()
     if args.write:
         README.write_text(replace_section(README.read_text(), text))

@@ -1,7 +1,9 @@
 """Every command the README and docs/ show for a run, a sweep or a table's make target is one a user can type:
 each `python -m ray_jobs.run ...` makes its RunConfig (every check made before a run), each `python -m
 ray_jobs.sweep ...` and `make table... VAR=...` plans its runs with `--dry-run` (the same checks as a sweep before
-its first run; nothing runs, nothing is written). A flag renamed or a preset dropped fails here, naming the page."""
+its first run; nothing runs, nothing is written), and each `python -m ray_jobs.bench`, `figures` or `results_table`
+command passes its parser (the bench's checks before it measures included). A flag renamed or a preset dropped fails
+here, naming the page."""
 from __future__ import annotations
 
 import re
@@ -14,8 +16,10 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 # the docs' placeholders, and what stands in for them here
-PLACEHOLDERS = {"<method>": "fedavg", "--method NAME": "--method fedavg", "--table N": "--table 2"}
-COMMAND = re.compile(r"python -m ray_jobs\.(run|sweep)\b([^#`|]*)")
+PLACEHOLDERS = {"<method>": "fedavg", "--method NAME": "--method fedavg", "--table N": "--table 2",
+                "RUN_DIR [RUN_DIR ...]": "results/runs/a results/runs/b", "RUN_DIR ...": "results/runs/a",
+                "[RESULTS_DIR ...]": "results"}
+COMMAND = re.compile(r"python -m ray_jobs\.(run|sweep|bench|figures|results_table)\b([^#`|]*)")
 MAKE = re.compile(r"((?:[A-Z_]+=\S+ )*)make (table[-a-z0-9]*)((?: [A-Z_]+=[^\s`|\"]+)*)")
 TABLE_TARGETS = re.search(r"^TABLES := (.*)$", (ROOT / "Makefile").read_text(), re.M).group(1).split()
 # the sweeps' only refusal accepted here: the offline data root lacks SVHN's full training set and its test set
@@ -45,7 +49,7 @@ def commands() -> list[tuple[str, str, list[str]]]:
             for k, v in PLACEHOLDERS.items():
                 snippet = snippet.replace(k, v)
             for kind, args in COMMAND.findall(snippet):
-                if args.strip() or kind == "run":  # a bare `python -m ray_jobs.sweep` names the module in prose
+                if args.strip() or kind != "sweep":  # a bare `python -m ray_jobs.sweep` names the module in prose
                     found.setdefault((kind, args.strip()), page.name)
             for before, target, after in MAKE.findall(snippet):
                 if target in TABLE_TARGETS and "..." not in before + after:
@@ -60,7 +64,10 @@ def test_the_pages_show_commands_of_each_kind():
     """The extraction itself: the quick reference of docs/running.md alone shows dozens."""
     kinds = [kind for _, kind, _ in COMMANDS]
     assert kinds.count("run") >= 30 and kinds.count("sweep") >= 10 and kinds.count("make") >= 15, kinds
+    assert kinds.count("bench") >= 4 and kinds.count("figures") >= 3 and kinds.count("results_table") >= 1, kinds
     assert ("fedapc.md", "run", ["--preset", "fedapc-office", "--method", "fedapc"]) in COMMANDS
+    assert ("running.md", "figures", ["tsne", "results/runs/demo-fedavg-office_caltech",
+                                      "results/runs/demo-fpl-office_caltech"]) in COMMANDS
 
 
 @pytest.mark.parametrize("page, argv", [(p, a) for p, k, a in COMMANDS if k == "run"],
@@ -71,6 +78,22 @@ def test_a_documented_run_command_makes_its_config(page, argv):
     cfg = config_from_args(build_parser().parse_args(argv))
     if "--method" in argv:
         assert cfg.method == argv[argv.index("--method") + 1], page
+
+
+@pytest.mark.parametrize("page, kind, argv", [c for c in COMMANDS if c[1] in ("bench", "figures", "results_table")],
+                         ids=lambda x: x if isinstance(x, str) else " ".join(x))
+def test_a_documented_bench_figures_or_results_table_command_parses(page, kind, argv):
+    """Parsed only: the bench measures for minutes, `figures all` redraws every figure, `--write` rewrites the
+    README (each one's own tests run it)."""
+    from ray_jobs import bench, figures, results_table
+
+    if kind == "bench":
+        args = bench.parse_args(argv)
+        assert args.full_runs == ("--full-runs" in argv) and args.skip_ray == ("--skip-ray" in argv), page
+    elif kind == "figures":
+        assert figures.build_parser().parse_args(argv).cmd == argv[0], page
+    else:
+        assert results_table.build_parser().parse_args(argv).write == ("--write" in argv), page
 
 
 def sweep_argv(kind: str, argv: list[str]) -> list[str]:
