@@ -40,13 +40,16 @@ def not_run_why(table: str, dataset: str) -> str:
 
 def gap_note(table: str, dataset: str, method: str, domain: str, diff: float, std: float, seeds: int,
              planned_seeds: int, test_size: int | None) -> str:
-    """What we know of why a cell is far from the paper: the notes of `GAP_NOTES` (most specific first), our seed
-    spread when the gap is within two of its standard deviations, fewer seeds than planned, a test set so small
-    that one image moves the accuracy by a point or more; or that we do not know."""
-    notes = [n for key in ((table, dataset, method, domain), (table, dataset, "*", domain), (table, dataset, method, "*"),
+    """What we know of why a cell is far from the paper: the notes of `GAP_NOTES` that can explain a gap on its side of
+    the paper (most specific first; only those that explain the whole gap, where one does), our seed spread when the
+    gap is within two of its standard deviations, fewer seeds than planned, a test set so small that one image moves
+    the accuracy by a point or more; or that we do not know."""
+    side = "below" if diff < 0 else "above"
+    found = [n for key in ((table, dataset, method, domain), (table, dataset, "*", domain), (table, dataset, method, "*"),
                            (table, dataset, "*", "*"), ("*", dataset, method, domain), ("*", dataset, "*", domain),
                            ("*", dataset, method, "*"), ("*", dataset, "*", "*"))
-             for n in [GAP_NOTES.get(key)] if n]
+             for n in [GAP_NOTES.get(key)] if n and n.side in ("any", side)]
+    notes = [n.text for n in found if n.whole] or [n.text for n in found]
     if seeds > 1 and abs(diff) <= 2 * std:
         notes.append(f"within two standard deviations of our seeds (± {std:.2f})")
     if seeds < planned_seeds:

@@ -187,81 +187,97 @@ GROUPS: dict[str, tuple[str, ...]] = {"fedplvm": ("fedplvm12", "fedplvm3", "fedp
                                                   "fedplvm_fig4b", "fedplvm_fig5")}
 
 
+@dataclass(frozen=True)
+class GapNote:
+    """What we know of why a cell is far from its paper. `side`: "below" (or "above") when the note can explain only
+    a cell below (above) the paper's value, e.g. a missing client domain that would have helped explains a lower
+    number, never a higher one; `whole`: the note explains the whole gap, and the cell's other notes are left out
+    (a model left at chance misses the paper by its gap whatever else differs)."""
+    text: str
+    side: str = "any"
+    whole: bool = False
+
+
 # What we know of why our numbers differ from a paper's: (table, dataset, method, domain) -> a note, "*" for any;
-# a report prints the most specific notes of each cell more than 2 points from the paper (ray_jobs.sweep.gap_note)
-GAP_NOTES: dict[tuple[str, str, str, str], str] = {
-    ("*", "digits", "*", "syn"): "our Digits run without SVHN (offline data): its 3 clients, the colour digits nearest "
-                                 "to SYN, are dropped; SYN's clients alone reach 58.04 with FPL (seed 0), so the "
-                                 "federation with MNIST and USPS alone suppresses SYN, as SVHN's absence predicts "
-                                 "(docs/gaps.md 1.4)",
-    ("*", "digits", "*", "AVG"): "the AVG over the domains run carries SYN's gap",
-    **{("*", ds, "feddyn", "*"): "the paper's FedDyn row comes from RethinkFL's FedDyn, which sends no gradient and "
-                                 "trains as FedAvg (its AVG, {:.2f} on Office-Caltech and {:.2f} on Digits, sits by "
-                                 "FedAvg's {:.2f} and {:.2f}); ours is Acar et al.'s FedDyn, as PROTOCOL.md asks "
-                                 "(docs/deviations.md, 9)".format(*(paper.TABLE2[m][d]["AVG"]
-                                                                    for m in ("feddyn", "fedavg")
-                                                                    for d in ("office_caltech", "digits")))
+# a report prints the most specific notes of each cell more than 2 points from the paper (ray_jobs.report.gap_note)
+GAP_NOTES: dict[tuple[str, str, str, str], GapNote] = {
+    ("*", "digits", "*", "syn"): GapNote("our Digits run without SVHN (offline data): its 3 clients, the colour digits "
+                                         "nearest to SYN, are dropped; SYN's clients alone reach 58.04 with FPL (seed "
+                                         "0), so the federation with MNIST and USPS alone suppresses SYN, as SVHN's "
+                                         "absence predicts (docs/gaps.md 1.4)", side="below"),
+    ("*", "digits", "*", "AVG"): GapNote("the AVG over the domains run carries SYN's gap", side="below"),
+    **{("*", ds, "feddyn", "*"): GapNote("the paper's FedDyn row comes from RethinkFL's FedDyn, which sends no gradient "
+                                         "and trains as FedAvg (its AVG, {:.2f} on Office-Caltech and {:.2f} on "
+                                         "Digits, sits by FedAvg's {:.2f} and {:.2f}); ours is Acar et al.'s FedDyn, "
+                                         "as PROTOCOL.md asks (docs/deviations.md, 9)".format(
+                                             *(paper.TABLE2[m][d]["AVG"] for m in ("feddyn", "fedavg")
+                                               for d in ("office_caltech", "digits"))))
        for ds in ("office_caltech", "digits")},
-    **{("*", "digit5", m, "*"): "our DP-SGD spends (epsilon, delta) = (4, 1e-5) over a client's whole run (Opacus's "
-                                "RDP accountant: noise multiplier 6.52 for its 300 steps at batch 32 of 100 images, "
-                                "clipping bound 1; docs/deviations.md, 37), which leaves the model at chance (10% on "
-                                "10 classes). Seed-0 probes (docs/fedplvm.md, Table 11): clipping alone at bound 1 "
-                                "stays at chance, at bound 100 learns as without DP (68.12); a budget per round "
-                                "(sigma 1.38) reaches 22.20 at bound 10, 12.67 at bound 100. The paper's rows, 2.5 "
-                                "and 3 points under its run without DP, fit far less noise than any of these readings"
+    **{("*", "digit5", m, "*"): GapNote("our DP-SGD spends (epsilon, delta) = (4, 1e-5) over a client's whole run "
+                                        "(Opacus's RDP accountant: noise multiplier 6.52 for its 300 steps at batch 32 "
+                                        "of 100 images, clipping bound 1; docs/deviations.md, 37), which leaves the "
+                                        "model at chance (10% on 10 classes). Seed-0 probes (docs/fedplvm.md, Table "
+                                        "11): clipping alone at bound 1 stays at chance, at bound 100 learns as "
+                                        "without DP (68.12); a budget per round (sigma 1.38) reaches 22.20 at bound "
+                                        "10, 12.67 at bound 100. The paper's rows, 2.5 and 3 points under its run "
+                                        "without DP, fit far less noise than any of these readings",
+                                        side="below", whole=True)
        for m in ("fedplvm_dp_both", "fedplvm_dp_model")},
-    **{("*", ds, "fedprox", "*"): "a known difference, untested as the cause: the paper's FedProx ran RethinkFL's code, "
-                                  "whose proximal term is scaled by a hard-coded 0.01 / 2 more (an effective mu of "
-                                  "5e-5), ours with mu = 0.01 as stated (docs/deviations.md, 8)"
+    **{("*", ds, "fedprox", "*"): GapNote("a known difference, untested as the cause: the paper's FedProx ran "
+                                          "RethinkFL's code, whose proximal term is scaled by a hard-coded 0.01 / 2 "
+                                          "more (an effective mu of 5e-5), ours with mu = 0.01 as stated "
+                                          "(docs/deviations.md, 8)")
        for ds in ("office_caltech", "digits")},
-    ("*", "office_caltech", "fedopt", "amazon"): "the reference's server averages its clients unweighted "
-                                                 "(docs/deviations.md, 10), so Amazon's clients (153 images each under "
-                                                 "seed 0's split) count as much as DSLR's (25 each); the paper's "
-                                                 "FedOpt row, from that code, also falls below its FedAvg row on "
-                                                 "Amazon (by {:.2f}) and rises above it on Webcam (by {:.2f}), as ours "
-                                                 "does".format(*(abs(paper.TABLE2["fedopt"]["office_caltech"][d]
-                                                                     - paper.TABLE2["fedavg"]["office_caltech"][d])
-                                                                 for d in ("amazon", "webcam"))),
-    ("*", "digit5", "*", "syn"): "our SYN is FPL's SYN, a stand-in for FedPLVM's SynthDigits (docs/deviations.md, 19)",
-    ("*", "digit5", "*", "AVG"): "the paper's AVG over five domains is compared as the mean of its values on the "
-                                 "four we run (no SVHN offline)",
-    ("*", "office10", "*", "*"): "FedPLVM's Office-10 files (FedBN's) are not available: ours is a stratified "
-                                 "shuffled 80/20 split (docs/deviations.md, 29); with 10 images a class, which 10 moves "
-                                 "Webcam by about 7 points (../shared/NOTES.md)",
-    ("*", "office10", "*", "dslr"): "DSLR's test set is 32 images: one image is 3.1 points",
-    ("*", "office10", "fedpcl", "dslr"): "FedPCL averages no weights, so each client keeps its own BatchNorm "
-                                         "statistics; the averaged ones cost a weight-averaged model about 40 points "
-                                         "on DSLR (FedProx and FedProto: 53-59 with them, 96.9 with DSLR's own; "
-                                         "docs/gaps.md 3.5)",
-    ("*", "digit5", "*", "mnistm"): "SVHN, the other colour domain on natural backgrounds, is missing: an SVHN "
-                                    "client from our 1,083 SVHN images raised FedAvg's MNIST-M by 3 to 5 points (seed 0, "
-                                    "docs/gaps.md 3.2); the rest is not known (untested: our Synth stand-in, our "
-                                    "MNIST-M pool of 34,001 images against Ganin's 70,000)",
-    **{("*", "digit5", "*", d): "not known for sure; the likeliest cause, untested, is our Synth stand-in, on which "
-                                "every method scores 17 to 33% against the paper's 47 to 60%, so one client of five "
-                                "adds little (docs/gaps.md 3.3); SVHN's absence did not explain it (an SVHN client "
-                                "lowered FedAvg's MNIST and USPS in our seed-0 run, docs/gaps.md 3.2)"
+    ("*", "office_caltech", "fedopt", "amazon"): GapNote(
+        "the reference's server averages its clients unweighted (docs/deviations.md, 10), so Amazon's clients (153 "
+        "images each under seed 0's split) count as much as DSLR's (25 each); the paper's FedOpt row, from that code, "
+        "also falls below its FedAvg row on Amazon (by {:.2f}) and rises above it on Webcam (by {:.2f}), as ours "
+        "does".format(*(abs(paper.TABLE2["fedopt"]["office_caltech"][d] - paper.TABLE2["fedavg"]["office_caltech"][d])
+                        for d in ("amazon", "webcam"))), side="below"),
+    ("*", "digit5", "*", "syn"): GapNote("our SYN is FPL's SYN, a stand-in for FedPLVM's SynthDigits "
+                                         "(docs/deviations.md, 19)"),
+    ("*", "digit5", "*", "AVG"): GapNote("the paper's AVG over five domains is compared as the mean of its values on the "
+                                         "four we run (no SVHN offline)"),
+    ("*", "office10", "*", "*"): GapNote("FedPLVM's Office-10 files (FedBN's) are not available: ours is a stratified "
+                                         "shuffled 80/20 split (docs/deviations.md, 29); with 10 images a class, which "
+                                         "10 moves Webcam by about 7 points (../shared/NOTES.md)"),
+    ("*", "office10", "*", "dslr"): GapNote("DSLR's test set is 32 images: one image is 3.1 points"),
+    ("*", "office10", "fedpcl", "dslr"): GapNote("FedPCL averages no weights, so each client keeps its own BatchNorm "
+                                                 "statistics; the averaged ones cost a weight-averaged model about 40 "
+                                                 "points on DSLR (FedProx and FedProto: 53-59 with them, 96.9 with "
+                                                 "DSLR's own; docs/gaps.md 3.5)", side="above"),
+    ("*", "digit5", "*", "mnistm"): GapNote("SVHN, the other colour domain on natural backgrounds, is missing: an SVHN "
+                                            "client from our 1,083 SVHN images raised FedAvg's MNIST-M by 3 to 5 points "
+                                            "(seed 0, docs/gaps.md 3.2); the rest is not known (untested: our Synth "
+                                            "stand-in, our MNIST-M pool of 34,001 images against Ganin's 70,000)",
+                                            side="below"),
+    **{("*", "digit5", "*", d): GapNote("not known for sure; the likeliest cause, untested, is our Synth stand-in, on "
+                                        "which every method scores 17 to 33% against the paper's 47 to 60%, so one "
+                                        "client of five adds little (docs/gaps.md 3.3); SVHN's absence did not explain "
+                                        "it (an SVHN client lowered FedAvg's MNIST and USPS in our seed-0 run, "
+                                        "docs/gaps.md 3.2)", side="below")
        for d in ("mnist", "usps")},
-    ("fedplvm12", "digit5", "fpl", "AVG"): "FPL's row runs FPL's own loss (lambda 1 on CPCL + UPCR); at "
-                                            "FedPLVM's lambda of 100 FPL reaches 65.03 on the AVG of 4 (Figure 4 "
-                                            "right, 3 seeds, results/tablefedplvm_fig4b.md), 1.78 below our FedPLVM, "
-                                            "near the paper's gap of 1.64 on these domains, against 10.36 at lambda "
-                                            "1: the paper does not say which lambda its FPL row used "
-                                            "(docs/deviations.md, 38)",
-    **{("*", ds, "fedpcl", "*"): "FedPCL's paper trains a head over frozen pre-trained backbones; without those weights "
-                                 "offline ours trains the ResNet-10 end to end with FedPCL's head and loss "
-                                 "(docs/deviations.md, 31), a method the paper's row was not run as"
+    ("fedplvm12", "digit5", "fpl", "AVG"): GapNote("FPL's row runs FPL's own loss (lambda 1 on CPCL + UPCR); at "
+                                                   "FedPLVM's lambda of 100 FPL reaches 65.03 on the AVG of 4 (Figure "
+                                                   "4 right, 3 seeds, results/tablefedplvm_fig4b.md), 1.78 below our "
+                                                   "FedPLVM, near the paper's gap of 1.64 on these domains, against "
+                                                   "10.36 at lambda 1: the paper does not say which lambda its FPL row "
+                                                   "used (docs/deviations.md, 38)", side="below"),
+    **{("*", ds, "fedpcl", "*"): GapNote("FedPCL's paper trains a head over frozen pre-trained backbones; without those "
+                                         "weights offline ours trains the ResNet-10 end to end with FedPCL's head and "
+                                         "loss (docs/deviations.md, 31), a method the paper's row was not run as")
        for ds in ("digit5", "office10")},
     # FedProto's Tables 1 and 2 (ray_jobs.report_fedproto): its ± is the std over one run's clients
-    **{("fedproto", "mnist", m, "*"): "the official FedProto code has no baselines (the paper's come from code not "
-                                      "published); ours run FedProto's split, model, batch, test samples and 100 "
-                                      "rounds (docs/deviations.md, 22) and end above the paper, with a spread over "
-                                      "clients below the paper's ±; why the paper's are lower is not known"
+    **{("fedproto", "mnist", m, "*"): GapNote("the official FedProto code has no baselines (the paper's come from code "
+                                              "not published); ours run FedProto's split, model, batch, test samples "
+                                              "and 100 rounds (docs/deviations.md, 22) and end above the paper, with a "
+                                              "spread over clients below the paper's ±; why the paper's are lower is "
+                                              "not known")
        for m in ("local", "fesem", "fedprox", "fedper", "fedavg", "fedrep")},
-    **{("fedproto", "mnist", m, "*"): "the paper's ± is, most likely, the std over clients of the official code's "
-                                      "per-client accuracies, whose counters are never reset (client i's number pools "
-                                      "clients 0 to i: docs/deviations.md, 21), so it is far below a per-client std "
-                                      "such as ours"
+    **{("fedproto", "mnist", m, "*"): GapNote("the paper's ± is, most likely, the std over clients of the official "
+                                              "code's per-client accuracies, whose counters are never reset (client "
+                                              "i's number pools clients 0 to i: docs/deviations.md, 21), so it is far "
+                                              "below a per-client std such as ours")
        for m in ("fedproto_orig", "fedproto_mh")},
 }
 
