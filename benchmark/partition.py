@@ -76,20 +76,21 @@ def fill_by_swap(shard: np.ndarray, labels: np.ndarray, rng: np.random.Generator
 class LabelSkew:
     """FedPLVM's label non-iid split (its `utils/data_util.py` `prepare_data_digits_noniid` and
     `prepare_data_office_noniid`, paper appendix D): for each class k in order, proportions p ~ Dirichlet(alpha 1_M)
-    over all M clients of the layout, drawn from numpy's legacy stream seeded with the run's seed (its code seeds
-    that stream with 0 for every run); client c gets ceil(p_c * M * n) samples of class k (Digit-5's code; Office's
-    truncates: `rounding="floor"`), n the mean count of a class per client (10 to train, 100 to test). The draw
-    covers every client of the dataset's layout, so leaving a domain out of a run leaves the others' counts as they
-    are."""
+    over all M clients of the layout, drawn from numpy's legacy stream seeded with `seed` (its code seeds that stream
+    with 0 in every run: `RunConfig.dirichlet_seed`); client c gets ceil(p_c * M * n) samples of class k (Digit-5's
+    code; Office's truncates: `rounding="floor"`), n the mean count of a class per client (10 to train, 100 to test).
+    The draw covers every client of the dataset's layout, so leaving a domain out of a run leaves the others' counts
+    as they are."""
 
     alpha: float
     layout: dict[str, int]  # clients per domain of the whole layout (domains left out of a run included)
     rounding: str = "ceil"
+    seed: int = 0
 
-    def counts(self, seed: int, per_client) -> dict[str, np.ndarray]:
+    def counts(self, per_client) -> dict[str, np.ndarray]:
         """Per domain of the layout, its clients' class counts (clients x classes). `per_client`: n, a number or one
         per domain (a domain without one gets 0s)."""
-        rng = np.random.RandomState(seed)
+        rng = np.random.RandomState(self.seed)
         m = sum(self.layout.values())
         per = np.concatenate([np.repeat(per_client.get(d, 0) if isinstance(per_client, dict) else per_client, n)
                               for d, n in self.layout.items()])
@@ -116,7 +117,7 @@ def class_blocks(labels: np.ndarray, counts: np.ndarray, rng: np.random.Generato
     return [np.sort(np.concatenate(s)) for s in shards]
 
 
-def per_class_plan(per_class: tuple[int, int], clients_per_domain: dict[str, int], seed: int,
+def per_class_plan(per_class: tuple[int, int], clients_per_domain: dict[str, int],
                    skew: LabelSkew | None = None) -> dict[str, tuple[np.ndarray, np.ndarray]]:
     """A per-class protocol's (FedPLVM's) counts, per domain run: its clients' training class counts (clients x
     classes) and the class counts of its test set. Label iid: k_train of each class for each client, the first k_test
@@ -125,7 +126,7 @@ def per_class_plan(per_class: tuple[int, int], clients_per_domain: dict[str, int
     if skew is None:
         return {d: (np.full((n, NUM_CLASSES), per_class[0]), np.full(NUM_CLASSES, per_class[1]))
                 for d, n in clients_per_domain.items()}
-    train, test = skew.counts(seed, per_class[0]), skew.counts(seed, per_class[1])
+    train, test = skew.counts(per_class[0]), skew.counts(per_class[1])
     return {d: (train[d], test[d].sum(axis=0)) for d in clients_per_domain}
 
 
@@ -135,13 +136,13 @@ def domain_per_class(plan: tuple[np.ndarray, np.ndarray]) -> tuple[np.ndarray, n
     return plan[0].sum(axis=0), plan[1]
 
 
-def load_counts(per_class: tuple[int, int] | None, clients_per_domain: dict[str, int], seed: int,
+def load_counts(per_class: tuple[int, int] | None, clients_per_domain: dict[str, int],
                 skew: LabelSkew | None = None) -> dict[str, tuple[np.ndarray, np.ndarray]] | None:
     """Per domain run, the `per_class` argument of `load_domain` that every side of a run (plan, client groups,
     driver) passes for it: None outside a per-class protocol."""
     if per_class is None:
         return None
-    return {d: domain_per_class(p) for d, p in per_class_plan(per_class, clients_per_domain, seed, skew).items()}
+    return {d: domain_per_class(p) for d, p in per_class_plan(per_class, clients_per_domain, skew).items()}
 
 
 def plan_clients(root: Path, dataset: str, clients_per_domain: dict[str, int], pct: float | None, seed: int,
@@ -176,7 +177,7 @@ def plan_clients(root: Path, dataset: str, clients_per_domain: dict[str, int], p
             continue
         extra = [{} for _ in range(n_clients)]
         if per_class is not None:
-            plan = per_class_plan(per_class, clients_per_domain, seed, skew)[d]
+            plan = per_class_plan(per_class, clients_per_domain, skew)[d]
             dom = load_domain(root, dataset, d, need_test=skew is not None, per_class=domain_per_class(plan))
             labels = dom.train_y
             counts = (np.maximum(1, (fraction * plan[0]).astype(np.int64)) if skew is None
@@ -198,14 +199,15 @@ def plan_clients(root: Path, dataset: str, clients_per_domain: dict[str, int], p
                                               fill_missing_classes=office)
                 else:  # about int(pct N) each (scaled by `fraction`), its classes drawn
                     per = max(1, int(fraction * int(pct * len(labels)))) / NUM_CLASSES
-                    shards = class_blocks(labels, skew.counts(seed, {d: per})[d],
+                    shards = class_blocks(labels, skew.counts({d: per})[d],
                                           np.random.default_rng([seed, order.index(d)]))
                     extra = [{"class_counts": np.bincount(labels[s], minlength=NUM_CLASSES).tolist()} for s in shards]
             except DataError as e:
                 raise DataError(f"{dataset}/{d}: {e}") from None
         for shard, more in zip(shards, extra):
             if not len(shard):
-                raise DataError(f"{dataset}/{d}: the Dirichlet draw of seed {seed} gives client {len(clients)} no "
-                                "sample; use another seed or a larger --dirichlet-alpha.")
+                raise DataError(f"{dataset}/{d}: the split gives client {len(clients)} no sample"
+                                + ("" if skew is None else f" (the Dirichlet draw of --dirichlet-seed {skew.seed}; "
+                                   "use another --dirichlet-seed or a larger --dirichlet-alpha)") + ".")
             clients.append({"id": len(clients), "domain": d, "indices": shard.tolist(), "num_samples": len(shard), **more})
     return clients

@@ -85,11 +85,12 @@ def summarize(cfg: dict, clients: list[dict], rounds: list[dict]) -> dict:
 
 PROTOCOL_KEYS = ("method", "dataset", "split", "domains", "seed", "rounds", "local_epochs", "batch_size", "lr",
                  "momentum", "weight_decay", "drop_last", "aggregation", "client_init", "hparams", "client_fraction",
-                 "eval_max", "precision", "dirichlet_alpha", "data_split", "participation")
+                 "eval_max", "precision", "dirichlet_alpha", "dirichlet_seed", "data_split", "participation")
 # keys added since runs were first recorded: a run folder without one ran with its value here (data_split None: the
-# archives' own train and test sets, as digit5 had them until 2026-11-24; participation 1: every client every round)
+# archives' own train and test sets, as digit5 had them until 2026-11-24; participation 1: every client every round;
+# dirichlet_seed None: a label-skew run drew its class counts with its own seed, until 2026-11-27: see `protocol`)
 LATER_KEYS = {"aggregation": "samples", "client_init": "shared", "dirichlet_alpha": None, "data_split": None,
-              "participation": 1.0}
+              "participation": 1.0, "dirichlet_seed": None}
 # method hyperparameters added since runs were recorded, and the value a run recorded without one ran with: FPL's
 # (and its variants') `lambda`, its weight on CPCL + UPCR, whose loss had no weight before (1); FedPLVM's `dp_budget`
 # (2026-11-26), whose DP-SGD spent its budget over the whole run before ("run")
@@ -99,7 +100,10 @@ LATER_HPARAMS = {"lambda": 1.0, "dp_budget": "run"}
 def protocol(cfg) -> dict:
     """What makes two runs the same experiment (from a RunConfig or its dict)."""
     d = cfg if isinstance(cfg, dict) else cfg.to_dict()
-    return {k: d[k] if k in d or k not in LATER_KEYS else LATER_KEYS[k] for k in PROTOCOL_KEYS}
+    p = {k: d[k] if k in d or k not in LATER_KEYS else LATER_KEYS[k] for k in PROTOCOL_KEYS}
+    if p["dirichlet_seed"] is None:  # recorded before the key: a label-skew run drew with its own seed, others none
+        p["dirichlet_seed"] = 0 if p["dirichlet_alpha"] is None else p["seed"]
+    return p
 
 
 def with_later_hparams(recorded: dict, expected: dict) -> dict:

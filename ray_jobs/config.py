@@ -45,9 +45,13 @@ class RunConfig:
     drop_last: bool = False  # drop each epoch's last short batch (FedPLVM)
     aggregation: str = "samples"  # samples | uniform (AGGREGATIONS)
     client_init: str = "shared"  # shared | own (CLIENT_INITS)
-    # FedPLVM's label skew (its appendix D, `--label_iid False --beta`): each client's class counts drawn from
-    # Dirichlet(alpha) (`benchmark.partition.LabelSkew`); None: the protocol's own split (label iid)
+    # FedPLVM's label skew (its appendix D; its code's `prepare_data_digits_noniid`, `--beta`): each client's class
+    # counts drawn from Dirichlet(alpha) (`benchmark.partition.LabelSkew`); None: the protocol's own split (label iid)
     dirichlet_alpha: float | None = None
+    # the seed of that draw: FedPLVM's code draws with 0 in every run (its main() seeds numpy with 0 whatever the
+    # run), so the paper's runs share one draw and a table's seeds vary the training over it; another value draws
+    # other class counts (the run's folder name then says -draw<N>)
+    dirichlet_seed: int = 0
     # the share of the clients that train in each round (`benchmark.sampling`: max(1, round(F * N)) drawn from
     # (seed, round)); 1: every client every round
     participation: float = 1.0
@@ -152,6 +156,11 @@ class RunConfig:
             if self.dataset_spec.ways:
                 raise ConfigError(f"{self.dataset}'s n-way k-shot split draws its own classes; the Dirichlet label "
                                   "split is for the share (FPL) and per-class (FedPLVM) protocols.")
+        if not (isinstance(self.dirichlet_seed, int) and self.dirichlet_seed >= 0):
+            raise ConfigError(f"dirichlet-seed must be a whole number, 0 or more (got {self.dirichlet_seed!r}).")
+        if self.dirichlet_seed and self.dirichlet_alpha is None:
+            raise ConfigError(f"dirichlet-seed {self.dirichlet_seed} seeds the Dirichlet label skew, which this run "
+                              "does not use; add --split dirichlet (or --dirichlet-alpha A), or leave it out.")
         if self.client_memory not in CLIENT_MEMORY:
             raise ConfigError(f"unknown client memory {self.client_memory!r}; choose one of: {', '.join(CLIENT_MEMORY)}.")
         if self.precision not in PRECISIONS:
@@ -239,12 +248,12 @@ class RunConfig:
         """The Dirichlet label split's draw over the whole layout (None: label iid)."""
         if self.dirichlet_alpha is None:
             return None
-        return LabelSkew(self.dirichlet_alpha, self.layout, self.dataset_spec.skew_rounding)
+        return LabelSkew(self.dirichlet_alpha, self.layout, self.dataset_spec.skew_rounding, self.dirichlet_seed)
 
     def domain_per_class(self, domain: str):
         """`load_domain`'s `per_class` for a domain of this run: what its clients train on and its test set keeps
         (None outside a per-class protocol); the plan, the client groups and the driver all read it."""
-        counts = load_counts(self.dataset_spec.per_class, self.clients_per_domain, self.seed, self.label_skew)
+        counts = load_counts(self.dataset_spec.per_class, self.clients_per_domain, self.label_skew)
         return None if counts is None else counts[domain]
 
     @property
@@ -271,7 +280,8 @@ class RunConfig:
         if self.name:
             return self.name
         dom = "" if not self.dropped_domains else "-no_" + "_".join(self.dropped_domains)
-        skew = "" if self.dirichlet_alpha is None else f"-dirichlet{self.dirichlet_alpha:g}"
+        skew = "" if self.dirichlet_alpha is None else (f"-dirichlet{self.dirichlet_alpha:g}"
+                                                         + (f"-draw{self.dirichlet_seed}" if self.dirichlet_seed else ""))
         part = "" if self.participation == 1 else f"-part{self.participation:g}"
         # each hyperparameter away from the method's default (a grid's point, --hp): -alpha0.125; at the default none,
         # so a grid's default point is the method's plain run

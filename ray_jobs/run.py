@@ -68,6 +68,9 @@ def build_parser() -> argparse.ArgumentParser:
                         "split with FedPLVM's Dirichlet label skew (--dirichlet-alpha, default 0.5)")
     p.add_argument("--dirichlet-alpha", type=float, default=None,
                    help="FedPLVM's label skew: each client's class counts drawn from Dirichlet(alpha) (with any split)")
+    p.add_argument("--dirichlet-seed", type=int, default=d["dirichlet_seed"].default,
+                   help="the seed of that draw (default 0, FedPLVM's code's draw in every run: the seeds then vary "
+                        "the training over one draw, as the paper's runs; another value draws other class counts)")
     p.add_argument("--domains", default=None, help="comma-separated subset of the dataset's domains")
     p.add_argument("--rounds", type=int, default=None, help=f"default {d['rounds'].default}")
     p.add_argument("--local-epochs", type=int, default=None, help=f"default {d['local_epochs'].default}")
@@ -145,7 +148,7 @@ def config_from_args(args) -> RunConfig:
     return make(
         **given, method=args.method,
         domains=args.domains.split(",") if args.domains else None,
-        seed=args.seed, hparams=parse_hp(args.hp),
+        seed=args.seed, dirichlet_seed=args.dirichlet_seed, hparams=parse_hp(args.hp),
         client_fraction=args.client_fraction, eval_max=args.eval_max, eval_every=args.eval_every, executor=args.executor,
         num_actors=args.num_actors, spread=args.spread, cpus_per_actor=args.cpus_per_actor,
         gpus_per_actor=args.gpus_per_actor, driver_cpus=args.driver_cpus, driver_gpus=args.driver_gpus, device=args.device, actor_restarts=args.actor_restarts,

@@ -1,7 +1,7 @@
 """FedPLVM's Dirichlet label skew (`--split dirichlet --dirichlet-alpha 0.5`, Tables 7 and 8): the class counts its
 code draws (`utils/data_util.py`, `prepare_data_digits_noniid` / `prepare_data_office_noniid`) re-drawn here by a
-plain loop, every sample on one client at most, the draw from the seed and the same for every method, the test sets
-and config.json's counts."""
+plain loop, every sample on one client at most, one draw for every seed and method (the code's: it seeds numpy with 0
+in every run) unless --dirichlet-seed asks for another, the test sets and config.json's counts."""
 from __future__ import annotations
 
 import math
@@ -32,14 +32,15 @@ def drawn_by_loop(seed: int, clients: int, n: int, alpha: float, ceil: bool) -> 
     return out
 
 
-@pytest.mark.parametrize("seed", [0, 1])
-def test_digit5_counts_are_the_reference_draw_and_the_same_for_every_method(data_root, seed):
+@pytest.mark.parametrize("seed, draw", [(0, 0), (1, 0), (0, 3)])
+def test_digit5_counts_are_the_reference_draw_and_the_same_for_every_method(data_root, seed, draw):
     plans = []
     for method in ("fedavg", "fedplvm"):
-        cfg = RunConfig.from_preset("fedplvm-digit5", method=method, domains=OFFLINE, seed=seed, dirichlet_alpha=0.5)
+        cfg = RunConfig.from_preset("fedplvm-digit5", method=method, domains=OFFLINE, seed=seed, dirichlet_alpha=0.5,
+                                    dirichlet_seed=draw)
         plans.append(plan_run_clients(cfg, data_root))
     assert plans[0] == plans[1]  # the split is the protocol's, not the method's
-    train, test = drawn_by_loop(seed, 5, 10, 0.5, True), drawn_by_loop(seed, 5, 100, 0.5, True)
+    train, test = drawn_by_loop(draw, 5, 10, 0.5, True), drawn_by_loop(draw, 5, 100, 0.5, True)
     for c in plans[0]:
         i = DIGIT5.index(c["domain"])  # the draw covers SVHN's client too: leaving it out moves no one's counts
         dom = load_domain(data_root, "digit5", c["domain"])
@@ -57,11 +58,14 @@ def test_digit5_counts_are_the_reference_draw_and_the_same_for_every_method(data
         assert np.bincount(kept.test_y, minlength=10).tolist() == c["test_class_counts"]
 
 
-def test_seeds_draw_different_counts(data_root):
+def test_the_seeds_share_the_codes_draw_and_another_dirichlet_seed_draws_other_counts(data_root):
+    """FedPLVM's main() seeds numpy with 0 in every run, so its runs share one draw: seeds 0 and 1 train on the same
+    class counts; --dirichlet-seed 1 draws others."""
     got = [[c["class_counts"] for c in plan_run_clients(RunConfig.from_preset(
-        "fedplvm-digit5", domains=OFFLINE, seed=s, dirichlet_alpha=0.5), data_root)] for s in (0, 1)]
-    assert got[0] != got[1]
-    # seed 0 by hand from the reference's first draw: MNIST's class 0 is ceil(p_0 * 50) with p ~ Dir(0.5, ..., 0.5)
+        "fedplvm-digit5", domains=OFFLINE, seed=s, dirichlet_alpha=0.5, dirichlet_seed=d), data_root)]
+        for s, d in ((0, 0), (1, 0), (0, 1))]
+    assert got[0] == got[1] != got[2]
+    # by hand from the reference's first draw: MNIST's class 0 is ceil(p_0 * 50) with p ~ Dir(0.5, ..., 0.5)
     np.random.seed(0)
     assert got[0][0][0] == math.ceil(np.random.dirichlet([0.5] * 5)[0] * 50) == 8
 
@@ -107,6 +111,12 @@ def test_command_line_and_run_name():
     cfg = parse("--preset", "fedplvm-digit5", "--split", "dirichlet")
     assert cfg.dirichlet_alpha == 0.5 and cfg.split == "default"
     assert cfg.run_name == "fpl-digit5-default-dirichlet0.5-seed0"
+    drawn = parse("--preset", "fedplvm-digit5", "--split", "dirichlet", "--dirichlet-seed", "2", "--seed", "1")
+    assert (drawn.dirichlet_seed, drawn.run_name) == (2, "fpl-digit5-default-dirichlet0.5-draw2-seed1")
+    with pytest.raises(Exception, match="does not use; add --split dirichlet"):
+        parse("--preset", "fedplvm-digit5", "--dirichlet-seed", "2")
+    with pytest.raises(Exception, match="dirichlet-seed must be a whole number"):
+        RunConfig.from_preset("fedplvm-digit5", dirichlet_alpha=0.5, dirichlet_seed=-1)
     assert parse("--preset", "fedplvm-office10", "--split", "dirichlet", "--dirichlet-alpha", "0.1").dirichlet_alpha == 0.1
     assert parse("--preset", "fedplvm-digit5").dirichlet_alpha is None
     with pytest.raises(Exception, match="dirichlet-alpha must be"):
@@ -129,3 +139,24 @@ def test_a_run_recorded_before_the_skew_existed_is_label_iid(tmp_path):
                                                                      dirichlet_alpha=0.5)))
     (tmp_path / "summary.json").write_text(json.dumps({"complete": True, "protocol": {"method": "fedplvm"}}))
     assert not is_complete(tmp_path, protocol(cfg))
+
+
+def test_a_skewed_run_recorded_before_dirichlet_seed_drew_with_its_own_seed(tmp_path):
+    """A label-skew summary written before dirichlet_seed existed drew its counts with its run's seed: seed 0's is
+    the code's draw, complete for today's seed-0 run; seed 1's drew other counts, so today's seed-1 run (draw 0) is
+    not it, a run asking for --dirichlet-seed 1 at seed 1 is."""
+    import json
+
+    from benchmark.results import is_complete, protocol
+
+    for seed in (0, 1):
+        cfg = RunConfig.from_preset("fedplvm-digit5", method="fedplvm", seed=seed, dirichlet_alpha=0.5)
+        old = {k: v for k, v in protocol(cfg).items() if k != "dirichlet_seed"}
+        (tmp_path / "summary.json").write_text(json.dumps({"complete": True, "protocol": old}))
+        assert is_complete(tmp_path, protocol(cfg)) == (seed == 0)
+        assert is_complete(tmp_path, protocol(RunConfig.from_preset(
+            "fedplvm-digit5", method="fedplvm", seed=seed, dirichlet_alpha=0.5, dirichlet_seed=seed)))
+    iid = RunConfig.from_preset("fedplvm-digit5", method="fedplvm", seed=1)  # label iid: no draw, whatever the seed
+    (tmp_path / "summary.json").write_text(json.dumps({"complete": True, "protocol": {
+        k: v for k, v in protocol(iid).items() if k != "dirichlet_seed"}}))
+    assert is_complete(tmp_path, protocol(iid))
