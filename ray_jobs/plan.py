@@ -22,11 +22,12 @@ def domains_for(dataset: str, requested: list[str] | None) -> list[str]:
 
 
 def plan(table: str, profile: str, requested_domains: list[str] | None, results_dir: Path, data_root: str | None,
-         extra: dict | None = None) -> list[RunConfig]:
+         extra: dict | None = None, find_data: bool = True) -> list[RunConfig]:
     """Every run of the table, for each row its grid's values (a grid table) and seeds (its data is checked by
-    `check_data`, for the runs a sweep will make)."""
+    `check_data`, for the runs a sweep will make). `find_data=False`: the runs keep `data_root` as given, unresolved,
+    for a reader of finished run folders that needs no data (the README's Results)."""
     spec = TABLES[table]
-    root = resolve_data_root(data_root)
+    root = resolve_data_root(data_root) if find_data else data_root
     every = list(dict.fromkeys(d for ds in DATASETS.values() for d in ds))
     unknown = sorted(set(requested_domains or []) - set(every))
     if unknown:
@@ -37,7 +38,8 @@ def plan(table: str, profile: str, requested_domains: list[str] | None, results_
     for method, preset in rows:
         for hparams in spec.hparam_sets(profile):
             for seed in spec.seeds_for(profile):
-                cfg = RunConfig.from_preset(preset, method=method, hparams=hparams, seed=seed, data_root=str(root),
+                cfg = RunConfig.from_preset(preset, method=method, hparams=hparams, seed=seed,
+                                            data_root=None if root is None else str(root),
                                             domains=domains_for(dataset_of[preset], requested_domains),
                                             wandb_group=f"{report_name(table)}-{profile}",
                                             **{**spec.overrides(profile), **(extra or {})})

@@ -26,8 +26,10 @@ from ray_jobs.tables import METRICS, TABLES, make_target, report_name
 
 
 def grid_cell(mean: float, std: float, seeds: int, planned: int) -> str:
-    """A grid cell: the mean ± std over seeds (no ± for one seed), "(n seeds)" where fewer ran than planned."""
-    seeds = int(seeds)
+    """A grid cell: the mean ± std over seeds (no ± for one seed), "(n seeds)" where fewer ran than planned. Both
+    first rounded to 6 places: the same runs summed in another order (the report's, the README's) differ in the last
+    bits, enough to print 66.525 as 66.52 in one and 66.53 in the other."""
+    seeds, mean, std = int(seeds), round(float(mean), 6), round(float(std), 6)
     return (f"{mean:.2f}" + ("" if np.isnan(std) else f" ± {std:.2f}")
             + ("" if seeds == planned else f" ({seeds} seed{'s' * (seeds > 1)})"))
 

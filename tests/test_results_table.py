@@ -21,6 +21,19 @@ def test_readme_results_section_is_what_the_command_prints(data_root):
     assert readme.index(section) < readme.index("\n## Data\n")  # right after the quick start
 
 
+def test_the_results_section_needs_no_data_root(monkeypatch, tmp_path):
+    """It reads run folders only: in a checkout beside no data root (a fresh clone on a laptop) the command prints
+    the same section, where it stopped asking for a --data-root that it does not take."""
+    from benchmark.data import DataError, resolve_data_root
+
+    monkeypatch.delenv("BENCH_DATA_ROOT", raising=False)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr("benchmark.data.PROJECT_ROOT", tmp_path / "checkout")
+    with pytest.raises(DataError):
+        resolve_data_root()
+    assert results_table.section(ROOT / "results") in (ROOT / "README.md").read_text()
+
+
 def test_a_row_is_the_mean_and_std_of_its_seeds_summaries():
     """FPL's Office-Caltech row from the three summary files, read here without the project's code."""
     readme = (ROOT / "README.md").read_text()
@@ -239,3 +252,14 @@ def test_a_grid_cell_is_the_mean_and_std_of_its_seeds_summaries():
         avg = [json.loads((ROOT / f"results/runs/{run}-seed{s}/summary.json").read_text())["final"]["AVG"]
                for s in (0, 1, 2)]
         assert f"| {np.mean(avg):.2f} ± {np.std(avg, ddof=1):.2f}{star} |" in row
+
+
+def test_a_grid_cell_prints_the_same_mean_whatever_order_its_seeds_were_summed_in():
+    """The README and the grid report sum the same seeds in other orders: 66.525 came out as 66.53 in one and 66.52 in
+    the other (FedPLVM's Figure 5, tau 0.045); a cell rounds to 6 places first."""
+    from ray_jobs.report_grid import grid_cell
+
+    accs = [65.65, 66.2, 67.725]  # its three seeds' final AVGs
+    one, other = (accs[0] + accs[1] + accs[2]) / 3, (accs[0] + accs[2] + accs[1]) / 3
+    assert f"{one:.2f}" != f"{other:.2f}"  # the two orders' plain printing differs
+    assert grid_cell(one, 1.07, 3, 3) == grid_cell(other, 1.07, 3, 3) == grid_cell(66.525, 1.07, 3, 3)
