@@ -64,6 +64,17 @@ def run_date(run_dir: Path) -> str:
     return (prov.get("gpu_run") or {}).get("date", "date unknown")
 
 
+def runs_named(made: list[tuple[str, int, str]], value: str) -> list[str]:
+    """The runs of (method, seed, value) `made` with `value`: a method by its name where all its runs have it, else
+    with those seeds ("moon seed 0", "fedprox seeds 1, 2")."""
+    out = []
+    for m in sorted({m for m, _, v in made if v == value}):
+        seeds = sorted(s for n, s, v in made if n == m and v == value)
+        every = len(seeds) == sum(n == m for n, _, _ in made)
+        out.append(m if every else f"{m} seed{'s' * (len(seeds) > 1)} {', '.join(map(str, seeds))}")
+    return out
+
+
 def provenance_line(runs, table: str, domains: list[str] | None) -> str:
     """Dates, hardware, wall time per run, the command and the report of a table's complete runs."""
     dirs = [Path(c.out) for c in runs]
@@ -77,11 +88,10 @@ def provenance_line(runs, table: str, domains: list[str] | None) -> str:
     cmd, differ = f"make {make_target(table)}" + (f" DOMAINS={','.join(asked)}" if asked else ""), []
     for var, key, default in (("EXECUTOR", "executor", "ray"), ("ENGINE", "engine", "auto"),
                               ("PRECISION", "precision", "32-true")):
-        made = [(c["method"], c.get(key, default)) for c in cfgs]
-        most = Counter(v for _, v in made).most_common(1)[0][0]  # the command's; the runs that differ named after it
+        made = [(c["method"], c["seed"], c.get(key, default)) for c in cfgs]
+        most = Counter(v for *_, v in made).most_common(1)[0][0]  # the command's; the runs that differ named after it
         cmd += f" {var}={most}" if most != default else ""
-        differ += [f"{var}={v} for {', '.join(sorted({m for m, w in made if w == v}))}"
-                   for v in sorted({v for _, v in made} - {most})]
+        differ += [f"{var}={v} for " + ", ".join(runs_named(made, v)) for v in sorted({v for *_, v in made} - {most})]
     lo, hi = f"{min(wall) / 60:.1f}", f"{max(wall) / 60:.1f}"
     return (f"{len(runs)} run{'s' * (len(runs) != 1)}, {', '.join(dates)}; {' / '.join(hw)}; "
             + (f"wall time {lo} min" if lo == hi else f"wall time per run {lo} to {hi} min")

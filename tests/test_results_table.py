@@ -117,7 +117,11 @@ def test_the_command_names_the_settings_most_runs_used_and_the_runs_that_differ(
     assert set(engines) == {"fused", "sequential", "auto"} and engines["sequential"] == {"moon"}
     assert engines["auto"] == {"fedprox", "moon", "feddyn", "fedopt"}
     line = next(ln for ln in (ROOT / "README.md").read_text().splitlines() if "`make table2 " in ln)
-    assert "ENGINE=fused` (ENGINE=auto for feddyn, fedopt, fedprox, moon; ENGINE=sequential for moon);" in line
+    assert ("ENGINE=fused` (ENGINE=auto for feddyn seeds 1, 2, fedopt seeds 1, 2, fedprox seeds 1, 2, moon seeds 1, 2; "
+            "ENGINE=sequential for moon seed 0);") in line
+    made = [("a", 0, "x"), ("a", 1, "y"), ("b", 0, "y"), ("b", 1, "y"), ("c", 2, "y")]
+    assert results_table.runs_named(made, "y") == ["a seed 1", "b", "c"]
+    assert results_table.runs_named(made, "x") == ["a seed 0"]
 
 
 def test_a_gap_note_names_the_most_specific_notes_first(monkeypatch):

@@ -8,7 +8,7 @@
     python tools/gpu/kit.py import TGZ --commit SHA --gpu-run JSON  # here: a window's results-small.tgz into
                                                               # the checkout, each run's provenance completed
 
-What the machine has (README, GPU runbook): torch, lightning, numpy, pandas, scikit-learn, matplotlib, tqdm and
+What the machine has (docs/running.md, GPU runbook): torch, lightning, numpy, pandas, scikit-learn, matplotlib, tqdm and
 what they require, read from this environment's installed metadata; every other package that Ray requires (with
 --extra default, also those of ray[default], as pyproject.toml asks) is fetched, and what those require in turn.
 `split` and `join` need only the standard library (the machine's Python runs `join`).

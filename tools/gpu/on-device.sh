@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The lent GPU machine's side of tools/gpu (README, GPU runbook); runs there from the project's root (the tree that
+# The lent GPU machine's side of tools/gpu (docs/running.md, GPU runbook); runs there from the project's root (the tree that
 # travelled, with the .device/ folders the call carried).
 #   stage            carried data parts into a data root that outlives the call; the code to a fixed folder (detached
 #                    runs keep reading it while later calls bring fresh copies; refreshed only when none runs);

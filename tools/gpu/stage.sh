@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Here, from the project's root, before a lent GPU machine's first call (README, GPU runbook): builds the ignored
+# Here, from the project's root, before a lent GPU machine's first call (docs/running.md, GPU runbook): builds the ignored
 # folder .device/ with what that machine lacks, in folders that each travel beside the tree in one call (64 MiB a
 # call in all):
 #   .device/data1, data2, ...      the data root in as many folders as it takes to fit beside the tree: Office-Caltech,
