@@ -267,3 +267,19 @@ def test_a_grid_cell_prints_the_same_mean_whatever_order_its_seeds_were_summed_i
     one, other = (accs[0] + accs[1] + accs[2]) / 3, (accs[0] + accs[2] + accs[1]) / 3
     assert f"{one:.2f}" != f"{other:.2f}"  # the two orders' plain printing differs
     assert grid_cell(one, 1.07, 3, 3) == grid_cell(other, 1.07, 3, 3) == grid_cell(66.525, 1.07, 3, 3)
+
+
+def test_the_office_label_skew_note_quotes_the_committed_alpha_probes():
+    """FedPLVM Table 8's note: the alpha-0.25 probes' final AVGs are the committed summaries', which ran that draw, and
+    the 0.5 numbers beside them are the committed seed-0 runs of the table."""
+    from ray_jobs.tables import GAP_NOTES
+
+    note = GAP_NOTES[("fedplvm78", "office10", "*", "*")].text
+    for m, name in (("fedplvm", "FedPLVM"), ("fedavg", "FedAvg")):
+        probe = ROOT / "results/measured/fedplvm78-office10-dirichlet0.25-probes" / m
+        ran = json.loads((probe / "config.json").read_text())
+        assert (ran["method"], ran["dataset"], ran["dirichlet_alpha"], ran["seed"], ran["aggregation"]) == \
+            (m, "office10", 0.25, 0, "samples")
+        assert f"{name} {json.loads((probe / 'summary.json').read_text())['final']['AVG']:.2f}" in note
+        ours = json.loads((ROOT / f"results/runs/{m}-office10-default-dirichlet0.5-seed0/summary.json").read_text())
+        assert f"{ours['final']['AVG']:.2f}" in note
