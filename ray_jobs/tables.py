@@ -245,7 +245,7 @@ GAP_NOTES: dict[tuple[str, str, str, str], GapNote] = {
     ("fedplvm78", "office10", "*", "*"): GapNote("the code draws Office-10's class counts from Dirichlet(args.alpha), "
                                                  "the sparsity loss's 0.25 by default, where the paper says 0.5 (ours); "
                                                  "seed-0 probes at 0.25 end lower still: final AVG FedPLVM 47.93, "
-                                                 "FedAvg 42.03 against 52.04 and 44.02 at 0.5 "
+                                                 "FedAvg 42.03 against seed 0's 52.04 and 44.02 at 0.5 "
                                                  "(results/measured/fedplvm78-office10-dirichlet0.25-probes, "
                                                  "docs/deviations.md, 32)", side="below"),
     ("*", "office10", "fedpcl", "dslr"): GapNote("FedPCL averages no weights, so each client keeps its own BatchNorm "
