@@ -96,7 +96,8 @@ def test_parallel_2_gives_the_numbers_of_one_run_at_a_time_with_both_in_flight(d
         peak = json.loads((tmp_path / "one" / "runs" / n / "summary.json").read_text())["peak_memory"]
         assert peak["driver"]["pid"] == os.getpid() and [a["pid"] for a in peak["actors"]] == [os.getpid()] * 2
         peaks.append(peak["driver"]["peak_rss_mib"])
-    assert rss_before <= min(peaks) and max(peaks) <= hwm_before - TRANSIENT_MIB / 2
+    # (the lower bound allows 64 MiB of this process's memory freed after rss_before: seen 4.8 MiB in CI)
+    assert rss_before - 64 <= min(peaks) and max(peaks) <= hwm_before - TRANSIENT_MIB / 2
     assert peaks[-1] <= hwm_after + 0.1  # (rounded to 0.1 MiB)
     for n in RUNS:  # each run says how many CPU threads it trained on: its driver_cpus' (1), in or out of a worker
         assert [provenance(tmp_path / x / "runs" / n)["driver"]["torch_threads"] for x in ("one", "two")] == [1, 1]
