@@ -205,23 +205,23 @@ def fedproto_table(runs_planned) -> list[str]:
     return out + ["", tau(ours_mean, paper_mean).replace("AVG", "mean over n").replace("methods", "rows") + ".", ""]
 
 
-def section(results_dir: Path = Path("results"), data_root: str | None = None) -> str:
+def section(results_dir: Path = Path("results")) -> str:
     lines = [BEGIN, "## Results", "",
              "Our numbers beside the papers', from the run folders committed under `results/runs/` (each one's "
              "`config.json` says how it was made). Rows not run and domains without data say so. Every table's full "
              "report, with figures and what we know of each gap of more than 2 points, is linked below it.", ""]
     for table, domains in PUBLISHED:
-        runs = plan(table, "full", domains, results_dir, data_root, find_data=False)
+        runs = plan(table, "full", domains, results_dir, None, find_data=False)
         if table == "fedproto":
             lines += fedproto_table(runs)
         elif TABLES[table].grid:
             lines += grid_table(table, runs, domains)
         else:
             lines += domain_table(table, runs, domains)
-    return "\n".join([*lines, *unpublished(results_dir, data_root), END])
+    return "\n".join([*lines, *unpublished(results_dir), END])
 
 
-def unpublished(results_dir: Path, data_root: str | None) -> list[str]:
+def unpublished(results_dir: Path) -> list[str]:
     """The registered tables not above (but `all`, which reruns the others' methods), with how many of their runs
     are complete (some shared with the tables above) and the command that makes them."""
     tables = [t for t in TABLES if t not in dict(PUBLISHED) and t != "all"]
@@ -229,7 +229,7 @@ def unpublished(results_dir: Path, data_root: str | None) -> list[str]:
         return []
     cells = []
     for t in tables:
-        runs = plan(t, "full", OFFLINE_DIGITS, results_dir, data_root, find_data=False)
+        runs = plan(t, "full", OFFLINE_DIGITS, results_dir, None, find_data=False)
         cells.append(f"{TABLES[t].title}: {sum(map(run_complete, runs))} of its {len(runs)} runs complete "
                      f"(`make {make_target(t)}`)")
     return ["### Not reported yet", "", "Registered tables without a section here yet (each one's time: [Make "

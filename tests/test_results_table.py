@@ -14,9 +14,9 @@ from ray_jobs import results_table
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def test_readme_results_section_is_what_the_command_prints(data_root):
+def test_readme_results_section_is_what_the_command_prints():
     readme = (ROOT / "README.md").read_text()
-    section = results_table.section(ROOT / "results", str(data_root))
+    section = results_table.section(ROOT / "results")
     assert section in readme, "README.md's Results are stale: run `python -m ray_jobs.results_table --write`"
     assert readme.index(section) < readme.index("\n## Data\n")  # right after the quick start
 
@@ -65,12 +65,12 @@ def test_every_report_lists_the_committed_runs_of_its_table(data_root):
             f"results/{report_name(table)}.md is stale: run its sweep with --report-only"
 
 
-def test_the_tables_not_reported_say_how_many_of_their_runs_are_complete(data_root):
+def test_the_tables_not_reported_say_how_many_of_their_runs_are_complete():
     """Every registered table is a section or in the closing "not reported yet" line, which counts its complete runs
     (here: the run folders with a summary.json, named by hand) out of its planned ones."""
     from ray_jobs.tables import TABLES
 
-    section = results_table.section(ROOT / "results", str(data_root))
+    section = results_table.section(ROOT / "results")
     line = section.split("### Not reported yet")[1]
     assert {t for t in TABLES if TABLES[t].title in line} == set(TABLES) - set(dict(results_table.PUBLISHED)) - {"all"}
 
