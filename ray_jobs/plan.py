@@ -42,7 +42,7 @@ def plan(table: str, profile: str, requested_domains: list[str] | None, results_
                                             data_root=None if root is None else str(root),
                                             domains=domains_for(dataset_of[preset], requested_domains),
                                             wandb_group=f"{report_name(table)}-{profile}",
-                                            **{**spec.overrides(profile), **(extra or {})})
+                                            **{**spec.overrides(profile, preset), **(extra or {})})
                 runs.append(dataclasses.replace(cfg, out=str(results_dir / "runs" / cfg.run_name)))
     return runs
 

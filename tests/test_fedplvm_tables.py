@@ -101,22 +101,26 @@ def test_ablation_tables_and_the_shared_run(smoke, data_root):
 
 def test_tables_7_and_8_label_skew(smoke):
     """FedPLVM's rows of Tables 7-8 at the smoke profile (the other methods run the same split code): Dirichlet
-    label skew, every image of the drawn counts, weights averaged by sample count; compared with the paper's."""
+    label skew (Digit-5 at concentration 0.5, Office-10 at 1.0), every image of the drawn counts, weights averaged
+    by sample count; compared with the paper's."""
     df = pd.read_csv(smoke / "tablefedplvm78.csv")
     assert set(df.method) == {"fedplvm"} and set(df.dataset) == {"digit5", "office10"}
     cell = lambda d, dom: df[(df.dataset == d) & (df.domain == dom)].iloc[0]  # noqa: E731
     assert cell("digit5", "usps")["paper"] == 73.98 and cell("office10", "dslr")["paper"] == 59.79
     assert cell("office10", "AVG of 2")["paper"] == pytest.approx((55.28 + 59.79) / 2)
-    for ds, name in (("digit5", "fedplvm-digit5-no_svhn_syn_mnistm-default-dirichlet0.5-seed0"),
-                     ("office10", "fedplvm-office10-no_caltech_webcam-default-dirichlet0.5-seed0")):
+    for ds, alpha, name in ((
+            "digit5", 0.5, "fedplvm-digit5-no_svhn_syn_mnistm-default-dirichlet0.5-seed0"),
+            ("office10", 1.0, "fedplvm-office10-no_caltech_webcam-default-dirichlet1-seed0")):
         cfg = json.loads((smoke / "runs" / name / "config.json").read_text())
-        assert cfg["dirichlet_alpha"] == 0.5 and cfg["aggregation"] == "samples" and cfg["client_fraction"] == 1.0
+        assert cfg["dirichlet_alpha"] == alpha and cfg["aggregation"] == "samples" and cfg["client_fraction"] == 1.0
         assert all(sum(c["class_counts"]) == c["num_samples"] for c in cfg["clients"])
         assert summary(smoke, name)["final"]["AVG"] == pytest.approx(cell(ds, "AVG of 2")["ours_mean"], abs=1e-4)
     usps = next(c for c in json.loads((smoke / "runs" / "fedplvm-digit5-no_svhn_syn_mnistm-default-dirichlet0.5-seed0"
                                        / "config.json").read_text())["clients"] if c["domain"] == "usps")
     assert usps["class_counts"] == [5, 1, 2, 7, 2, 9, 20, 1, 3, 14]  # seed 0's draw (tests/test_label_skew.py)
-    assert "Dirichlet label skew alpha 0.5" in (smoke / "tablefedplvm78.md").read_text()
+    text = (smoke / "tablefedplvm78.md").read_text()
+    assert "Preset fedplvm-digit5" in text and "Dirichlet label skew alpha 0.5 " in text
+    assert "Dirichlet label skew alpha 1 " in text.split("Preset fedplvm-office10")[1]
 
 
 def test_table9_kmeans(smoke):

@@ -269,33 +269,37 @@ def test_a_grid_cell_prints_the_same_mean_whatever_order_its_seeds_were_summed_i
     assert grid_cell(one, 1.07, 3, 3) == grid_cell(other, 1.07, 3, 3) == grid_cell(66.525, 1.07, 3, 3)
 
 
-def test_the_office_label_skew_note_quotes_the_committed_alpha_probes():
-    """FedPLVM Table 8's note: the paper's Amazon and Caltech means are multiples of 100 / (3 N) for the test sizes N
-    that the seed-0 probe at concentration 1.0 recorded (164, 225) in as many rows as it says, and for those of our
-    0.5 draw (152, 197) in none; the probes' final AVGs and Webcam are the committed summaries', which ran that draw."""
+def test_the_office_label_skew_notes_redo_the_papers_arithmetic_on_the_committed_runs():
+    """FedPLVM Table 8's notes: the paper's Amazon and Caltech means are multiples of 100 / (3 N) for the test sizes N
+    that the table's draw at concentration 1.0 gives (164, 225; its committed runs) in as many rows as it says, and for
+    those of the stated 0.5 (152, 197; the runs kept in results/measured) in none; its Webcam and DSLR means for no N
+    up to 300 in more than 3 rows; and the 0.5 runs' final AVG is lower by what the note says, for every method but FedPCL."""
     from benchmark import paper
     from ray_jobs.tables import GAP_NOTES
 
     note = GAP_NOTES[("fedplvm78", "office10", "*", "*")].text
-    probes = ROOT / "results/measured"
+    table8 = paper.FEDPLVM_TABLE78
 
     def rows_fitting(domain, n):  # a mean of 3 runs' correct / n, printed to 2 decimals
-        means = [row["office10"][domain] for row in paper.FEDPLVM_TABLE78.values()]
+        means = [row["office10"][domain] for row in table8.values()]
         return sum(abs(v * 3 * n / 100 - round(v * 3 * n / 100)) <= 0.005 * 3 * n / 100 for v in means)
 
-    at1 = json.loads((probes / "fedplvm78-office10-dirichlet1-probes/fedavg/config.json").read_text())["test_sizes"]
-    at05 = json.loads((ROOT / "results/runs/fedavg-office10-default-dirichlet0.5-seed0/config.json").read_text())[
-        "test_sizes"]
-    assert (at1["amazon"], at1["caltech"], at05["amazon"], at05["caltech"]) == (164, 225, 152, 197)
+    def run(alpha, m, s, file):
+        folder = ROOT / "results/runs" if alpha == 1 else ROOT / "results/measured/fedplvm78-office10-dirichlet0.5"
+        return json.loads((folder / f"{m}-office10-default-dirichlet{alpha:g}-seed{s}" / file).read_text())
+
+    at1, at05 = run(1, "fedavg", 0, "config.json"), run(0.5, "fedavg", 0, "config.json")
+    assert (at1["dirichlet_alpha"], at05["dirichlet_alpha"], at1["dirichlet_seed"]) == (1.0, 0.5, 0)
+    sizes1, sizes05 = at1["test_sizes"], at05["test_sizes"]
+    assert (sizes1["amazon"], sizes1["caltech"], sizes05["amazon"], sizes05["caltech"]) == (164, 225, 152, 197)
     assert (rows_fitting("amazon", 164), rows_fitting("caltech", 225)) == (6, 5)
     assert rows_fitting("amazon", 152) == rows_fitting("caltech", 197) == 0
     assert "fit test sets of 164 and 225 images (6 and 5 of its 7 rows)" in note and "152 and 197" in note
-    for alpha, folder in ((1.0, "fedplvm78-office10-dirichlet1-probes"), (0.25, "fedplvm78-office10-dirichlet0.25-probes")):
-        for m, name in (("fedplvm", "FedPLVM"), ("fedavg", "FedAvg")):
-            ran = json.loads((probes / folder / m / "config.json").read_text())
-            assert (ran["method"], ran["dataset"], ran["dirichlet_alpha"], ran["seed"], ran["aggregation"]) == \
-                (m, "office10", alpha, 0, "samples")
-            final = json.loads((probes / folder / m / "summary.json").read_text())["final"]
-            assert f"{final['AVG']:.2f}" in note
-            if alpha == 1.0:
-                assert f"{final['webcam']:.2f}" in note
+    assert max(rows_fitting(d, n) for d in ("webcam", "dslr") for n in range(1, 301)) == 3
+    assert (sizes1["webcam"], sizes1["dslr"]) == (59, 32)
+    assert "in at most 3 of its 7 rows for any test set of N up to 300" in GAP_NOTES[("fedplvm78", "office10", "*", "webcam")].text
+    assert "59 and 32 images" in GAP_NOTES[("fedplvm78", "office10", "*", "dslr")].text
+    gain = {m: np.mean([run(1, m, s, "summary.json")["final"]["AVG"] - run(0.5, m, s, "summary.json")["final"]["AVG"]
+                        for s in range(3)]) for m in table8}
+    others = [g for m, g in gain.items() if m != "fedpcl"]
+    assert gain["fedpcl"] < 0 and f"{min(others):.1f} to {max(others):.1f} points lower" in note
