@@ -123,7 +123,7 @@ PRESETS: dict[str, dict] = {
                                                          batch_size=4, lr=0.01, momentum=0.5, weight_decay=0.0,
                                                          drop_last=True)
        for name in FEDPROTO_SPLITS},
-    # FPL's protocol with 100 or 500 Digits clients, a tenth of them drawn each round (issue 26, docs/scale.md)
+    # FPL's protocol with 100 or 500 Digits clients, a tenth of them drawn each round (docs/scale.md)
     **{f"scale-digits-{name[:-7]}": dict(dataset="digits", split=name, participation=0.1, **_FPL)
        for name in SCALED_DIGITS},
     "fedapc-digits": dict(dataset="digits", **_FEDAPC),  # FedAPC (2025), section 3

@@ -462,7 +462,7 @@ PROFILES = {
                   memory=(64, 100, 1), fedplvm=dict(local_epochs=1, batch_size=8, client_fraction=0.05, eval_max=50),
                   scale=dict(local_epochs=1, client_fraction=0.1)),
 }
-TARGETS_S = {"digits": 120, "office_caltech": 20}  # issue 6: a full FPL run on one H100
+TARGETS_S = {"digits": 120, "office_caltech": 20}  # the GPU goal: a full FPL run on one H100 (docs/speed.md)
 
 
 def device_slug(device: torch.device) -> str:
