@@ -257,7 +257,8 @@ GAP_NOTES: dict[tuple[str, str, str, str], GapNote] = {
         "test sets of 164 and 225 images (6 and 5 of its 7 rows), the sizes the code's draw gives at 1.0, where 0.5 "
         "gives 152 and 197 (no row fits); at 0.5 our final AVG was 3.8 to 7.4 points lower for every method but "
         "FedPCL (results/measured/fedplvm78-office10-dirichlet0.5; docs/deviations.md, 32)"),
-    **dict.fromkeys([("fedplvm78", "office10", "*", "webcam"), ("fedplvm78", "office10", "*", "dslr")], _SKEW_TEST_SETS),
+    ("fedplvm78", "office10", "*", "webcam"): _SKEW_TEST_SETS,
+    ("fedplvm78", "office10", "*", "dslr"): _SKEW_TEST_SETS,
     ("*", "office10", "fedpcl", "dslr"): GapNote("FedPCL averages no weights, so each client keeps its own BatchNorm "
                                                  "statistics; the averaged ones cost a weight-averaged model about 40 "
                                                  "points on DSLR (FedProx and FedProto: 53-59 with them, 96.9 with "

@@ -1,7 +1,7 @@
-"""FedPLVM's Dirichlet label skew (`--split dirichlet --dirichlet-alpha A`, Tables 7 and 8: 0.5, Office-10 1.0): the class counts its
-code draws (`utils/data_util.py`, `prepare_data_digits_noniid` / `prepare_data_office_noniid`) re-drawn here by a
-plain loop, every sample on one client at most, one draw for every seed and method (the code's: it seeds numpy with 0
-in every run) unless --dirichlet-seed asks for another, the test sets and config.json's counts."""
+"""FedPLVM's Dirichlet label skew (`--split dirichlet --dirichlet-alpha A`; Tables 7 and 8: 0.5, Office-10 1.0):
+the class counts its code draws (`utils/data_util.py`, `prepare_data_digits_noniid` / `prepare_data_office_noniid`)
+re-drawn here by a plain loop, every sample on one client at most, one draw for every seed and method (the code's: it
+seeds numpy with 0 in every run) unless --dirichlet-seed asks for another, the test sets and config.json's counts."""
 from __future__ import annotations
 
 import math
