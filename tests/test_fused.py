@@ -260,6 +260,37 @@ def bf16_rounds(method, shards):
         yield r32, rs, rf, d
 
 
+def layer_output_dtypes(method, shards, engine) -> dict[str, list[str]]:
+    """The dtypes of the outputs of each kind of layer (convolution, linear, BatchNorm) that one round under
+    bf16-mixed gives, by engine (a global forward hook; only calls made with autocast on)."""
+    seen: dict[str, set[str]] = {}
+
+    def hook(m, args, out):
+        if torch.is_autocast_enabled(DEVICE.type) and isinstance(m, (nn.Conv2d, nn.Linear, nn.BatchNorm2d)):
+            seen.setdefault(type(m).__name__, set()).add(str(out.dtype).removeprefix("torch."))
+
+    handle = nn.modules.module.register_module_forward_hook(hook)
+    try:
+        run_rounds(method, shards, [(engine, torch.float32, "bf16-mixed")], rounds=1, lr=0.01)
+    finally:
+        handle.remove()
+    return {k: sorted(v) for k, v in sorted(seen.items())}
+
+
+@pytest.mark.skipif(DEVICE.type != "cpu", reason="the CPU's dtypes; on CUDA the bf16-mixed test prints them")
+def test_under_vmap_autocast_leaves_biased_layers_outputs_in_float32(shards):
+    """Where the engines round differently under bf16-mixed, outside our code: PyTorch's batching rules add a
+    Linear's bias after the autocast matrix product, in float32, so under vmap its output is float32
+    (pytorch/pytorch#192617); on the CPU autocast does not reach the vmapped convolution at all. The sequential
+    loop's outputs are bfloat16. Both engines cast BatchNorm's input to float32 (`batch_norm_in_stats_dtype`), so
+    what differs is where a bfloat16 rounding happens, not how many. On CUDA the bf16-mixed test's failure message
+    prints these dtypes (what a GPU must still show for its two departures)."""
+    assert layer_output_dtypes("fedavg", shards, "sequential") == {
+        "BatchNorm2d": ["float32"], "Conv2d": ["bfloat16"], "Linear": ["bfloat16"]}
+    assert layer_output_dtypes("fedavg", shards, "fused") == {
+        "BatchNorm2d": ["float32"], "Conv2d": ["float32"], "Linear": ["float32"]}
+
+
 @pytest.mark.parametrize("method", ONE_MODEL)
 def test_fused_equals_sequential_under_bf16_mixed(method, shards):
     """bf16-mixed (Lightning's autocast plugin) in both engines, float32 weights, each round from the same inputs.
@@ -282,7 +313,10 @@ def test_fused_equals_sequential_under_bf16_mixed(method, shards):
             # 32-true 1.5 and 3.4 times as far as the sequential ones: results/perf/h100-2026-11-26)
             seen = (f"{k}: fused vs sequential {max_rel_diff(rf[k], rs[k]):.2e}, d {d:.2e}, fused vs 32-true "
                     f"{max_rel_diff(rf[k], r32[k]):.2e}, sequential vs 32-true {max_rel_diff(rs[k], r32[k]):.2e}")
-            assert max_rel_diff(rf[k], rs[k]) <= 2 * d, seen
+            if max_rel_diff(rf[k], rs[k]) > 2 * d:
+                pytest.fail(f"{seen}; the layers' output dtypes, sequential "
+                            f"{layer_output_dtypes(method, shards, 'sequential')}, fused "
+                            f"{layer_output_dtypes(method, shards, 'fused')}")
         assert all(np.isfinite(v) for v in rf["losses"].values())
 
 
