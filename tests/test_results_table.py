@@ -327,3 +327,30 @@ def test_the_table8_fedpcl_dslr_note_counts_the_committed_runs_classes():
     assert dslr["num_samples"] == 94 and f"{iid['final']['dslr']:.2f}" == "81.25"
     assert all(t in note for t in ("58 training images", "94 without skew", "81.25", "classes 3 and 8",
                                    "5 of the 32", "caps it at 84.4"))
+
+
+def test_the_digit5_notes_quote_the_runs_without_syn():
+    """Digit-5's MNIST, USPS and MNIST-M notes quote the runs without the SYN client (results/measured/
+    digit5-without-syn) against Table 1's committed runs with it: the means of seeds 0-2, the MNIST rise in every
+    seed of both methods."""
+    from ray_jobs.tables import GAP_NOTES
+
+    def final(folder, s):
+        return json.loads((folder / "summary.json").read_text())["final"]
+
+    change, means = {}, {}
+    for m in ("fedavg", "fedplvm"):
+        with_syn = [final(ROOT / f"results/runs/{m}-digit5-no_svhn-default-seed{s}", s) for s in range(3)]
+        without = [final(ROOT / f"results/measured/digit5-without-syn/{m}-digit5-no_svhn_syn-default-seed{s}", s)
+                   for s in range(3)]
+        assert all(w["mnist"] > a["mnist"] for a, w in zip(with_syn, without))
+        for d in ("mnist", "usps", "mnistm"):
+            a, w = np.mean([r[d] for r in with_syn]), np.mean([r[d] for r in without])
+            change[m, d], means[m, d] = w - a, (a, w)
+    mnist, usps = GAP_NOTES[("*", "digit5", "*", "mnist")].text, GAP_NOTES[("*", "digit5", "*", "usps")].text
+    mnistm = GAP_NOTES[("*", "digit5", "*", "mnistm")].text
+    assert "FedAvg's MNIST rose {:.2f} points ({:.2f} to {:.2f}) and FedPLVM's {:.2f} ({:.2f} to {:.2f})".format(
+        change["fedavg", "mnist"], *means["fedavg", "mnist"], change["fedplvm", "mnist"],
+        *means["fedplvm", "mnist"]) in mnist
+    assert f"FedAvg's USPS rose {change['fedavg', 'usps']:.2f} points and FedPLVM's {change['fedplvm', 'usps']:.2f}" in usps
+    assert f"adds {-change['fedplvm', 'mnistm']:.2f} to {-change['fedavg', 'mnistm']:.2f}" in mnistm
