@@ -283,8 +283,9 @@ def test_under_vmap_autocast_leaves_biased_layers_outputs_in_float32(shards):
     Linear's bias after the autocast matrix product, in float32, so under vmap its output is float32
     (pytorch/pytorch#192617); on the CPU autocast does not reach the vmapped convolution at all. The sequential
     loop's outputs are bfloat16. Both engines cast BatchNorm's input to float32 (`batch_norm_in_stats_dtype`), so
-    what differs is where a bfloat16 rounding happens, not how many. On CUDA the bf16-mixed test's failure message
-    prints these dtypes (what a GPU must still show for its two departures)."""
+    the engines round to bfloat16 at different places (on the CPU the fused engine's convolutions not at all,
+    hence the CPU stand-in test below). On CUDA the bf16-mixed test's failure message prints these dtypes (what a
+    GPU must still show for its two departures)."""
     assert layer_output_dtypes("fedavg", shards, "sequential") == {
         "BatchNorm2d": ["float32"], "Conv2d": ["bfloat16"], "Linear": ["bfloat16"]}
     assert layer_output_dtypes("fedavg", shards, "fused") == {
