@@ -237,6 +237,28 @@ def write_sums(root: Path, sums: dict[str, str]) -> None:
     atomic_write(root / "SHA256SUMS", "".join(f"{sums[rel]}  {rel}\n" for rel in sorted(sums)))
 
 
+SVHN_FIRST_1083 = "digits/svhn_train_first1083.npz"
+
+
+def root_with_svhn(src: Path, dst: Path, train: np.ndarray, test: np.ndarray) -> Path:
+    """A data root at `dst` with every file `src`'s SHA256SUMS lists (symlinked) and a Digits SVHN made of rows of
+    the 1,083 SVHN training images `src` holds (`SVHN_FIRST_1083`): rows `train` as `digits/svhn_train.npz`, rows
+    `test` as `digits/svhn_test.npz` (`np.savez`), listed in its SHA256SUMS. The full SVHN is not offline: the
+    tests' four-domain Digits root and the probes' root (tools/svhn_data_root.py) are made this way."""
+    dst.mkdir(parents=True, exist_ok=True)
+    sums = read_sums(src / "SHA256SUMS")
+    for rel in sums:
+        (dst / rel).parent.mkdir(parents=True, exist_ok=True)
+        (dst / rel).symlink_to(src / rel)
+    with np.load(src / SVHN_FIRST_1083) as z:
+        x, y = z["x"], z["y"]
+    for rel, rows in (("digits/svhn_train.npz", train), ("digits/svhn_test.npz", test)):
+        np.savez(dst / rel, x=x[rows], y=y[rows])
+        sums[rel] = sha256_file(dst / rel)
+    write_sums(dst, sums)
+    return dst
+
+
 def npz_files(root: Path) -> list[str]:
     """Relative paths of every *.npz under root, hidden folders (.downloads) left out."""
     if not root.is_dir():

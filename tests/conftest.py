@@ -3,7 +3,6 @@ token authentication, its token in a session file), W&B offline under a temporar
 written to $HOME)."""
 from __future__ import annotations
 
-import hashlib
 import os
 import secrets
 from pathlib import Path
@@ -13,6 +12,7 @@ import pytest
 import torch
 
 from benchmark.data import DataError, resolve_data_root
+from benchmark.download import root_with_svhn
 
 SHARED_DATA = Path(__file__).resolve().parent.parent.parent / "shared" / "data"
 
@@ -85,27 +85,10 @@ def data_root() -> Path:
         pytest.fail(f"the shared data is required for the tests: {e}")
 
 
-def _sha(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()
-
-
 def make_data_root(src: Path, dst: Path) -> Path:
     """A data root with every shared file (symlinked) plus a four-domain Digits SVHN made of
     disjoint parts of the 1,083 real SVHN training images: the first 800 train, the rest test."""
-    dst.mkdir(parents=True, exist_ok=True)
-    sums = []
-    for line in (src / "SHA256SUMS").read_text().splitlines():
-        digest, name = line.split(maxsplit=1)
-        (dst / name).parent.mkdir(parents=True, exist_ok=True)
-        (dst / name).symlink_to(src / name)
-        sums.append(f"{digest}  {name}")
-    with np.load(src / "digits/svhn_train_first1083.npz") as z:
-        x, y = z["x"], z["y"]
-    for name, sl in (("digits/svhn_train.npz", slice(0, 800)), ("digits/svhn_test.npz", slice(800, None))):
-        np.savez(dst / name, x=x[sl], y=y[sl])
-        sums.append(f"{_sha(dst / name)}  {name}")
-    (dst / "SHA256SUMS").write_text("\n".join(sums) + "\n")
-    return dst
+    return root_with_svhn(src, dst, np.arange(800), np.arange(800, 1083))
 
 
 @pytest.fixture(scope="session")

@@ -312,17 +312,18 @@ def test_the_table8_fedpcl_dslr_note_counts_the_committed_runs_classes():
     client trains on 58 images without classes 3 and 8, which hold 5 of its 32 test images: FedPCL predicts one of its
     own prototypes' classes, so at most 27 of 32 (84.4) can be right, above every seed's number; without skew
     (Table 2) its client had 94 images."""
+    from benchmark.results import read_summary
     from ray_jobs.tables import GAP_NOTES
 
     note = GAP_NOTES[("fedplvm78", "office10", "fedpcl", "dslr")].text
     for seed in range(3):
-        s = json.loads((ROOT / f"results/runs/fedpcl-office10-default-dirichlet1-seed{seed}/summary.json").read_text())
+        s = read_summary(ROOT / f"results/runs/fedpcl-office10-default-dirichlet1-seed{seed}")
         (dslr,) = [c for c in s["clients"] if c["domain"] == "dslr"]
         train, test = np.array(dslr["class_counts"]), np.array(dslr["test_class_counts"])
         assert (train.sum(), test.sum(), list(np.flatnonzero(train == 0))) == (58, 32, [3, 8])
         cap = 100 * test[train > 0].sum() / test.sum()
         assert f"{cap:.1f}" == "84.4" and s["final"]["dslr"] < cap - 40
-    iid = json.loads((ROOT / "results/runs/fedpcl-office10-default-seed0/summary.json").read_text())
+    iid = read_summary(ROOT / "results/runs/fedpcl-office10-default-seed0")
     (dslr,) = [c for c in iid["clients"] if c["domain"] == "dslr"]
     assert dslr["num_samples"] == 94 and f"{iid['final']['dslr']:.2f}" == "81.25"
     assert all(t in note for t in ("58 training images", "94 without skew", "81.25", "classes 3 and 8",
@@ -333,16 +334,14 @@ def test_the_digit5_notes_quote_the_runs_without_syn():
     """Digit-5's MNIST, USPS and MNIST-M notes quote the runs without the SYN client (results/measured/
     digit5-without-syn) against Table 1's committed runs with it: the means of seeds 0-2, the MNIST rise in every
     seed of both methods."""
+    from benchmark.results import read_summary
     from ray_jobs.tables import GAP_NOTES
-
-    def final(folder, s):
-        return json.loads((folder / "summary.json").read_text())["final"]
 
     change, means = {}, {}
     for m in ("fedavg", "fedplvm"):
-        with_syn = [final(ROOT / f"results/runs/{m}-digit5-no_svhn-default-seed{s}", s) for s in range(3)]
-        without = [final(ROOT / f"results/measured/digit5-without-syn/{m}-digit5-no_svhn_syn-default-seed{s}", s)
-                   for s in range(3)]
+        with_syn = [read_summary(ROOT / f"results/runs/{m}-digit5-no_svhn-default-seed{s}")["final"] for s in range(3)]
+        measured = ROOT / "results/measured/digit5-without-syn"
+        without = [read_summary(measured / f"{m}-digit5-no_svhn_syn-default-seed{s}")["final"] for s in range(3)]
         assert all(w["mnist"] > a["mnist"] for a, w in zip(with_syn, without))
         for d in ("mnist", "usps", "mnistm"):
             a, w = np.mean([r[d] for r in with_syn]), np.mean([r[d] for r in without])
@@ -361,16 +360,15 @@ def test_the_table7_notes_quote_the_runs_without_syn_under_the_skew():
     """FedPLVM Table 7's MNIST, USPS and MNIST-M notes quote the skewed runs without SYN against the committed
     Table 7 runs: the same draw for the other domains (class counts equal), SYN's share of the training images, and
     the means of seeds 0-2."""
+    from benchmark.results import read_summary
     from ray_jobs.tables import GAP_NOTES
-
-    def summary(folder):
-        return json.loads((folder / "summary.json").read_text())
 
     change, means = {}, {}
     for m in ("fedavg", "fedplvm"):
-        with_syn = [summary(ROOT / f"results/runs/{m}-digit5-no_svhn-default-dirichlet0.5-seed{s}") for s in range(3)]
+        with_syn = [read_summary(ROOT / f"results/runs/{m}-digit5-no_svhn-default-dirichlet0.5-seed{s}")
+                    for s in range(3)]
         measured = ROOT / "results/measured/digit5-without-syn"
-        without = [summary(measured / f"{m}-digit5-no_svhn_syn-default-dirichlet0.5-seed{s}") for s in range(3)]
+        without = [read_summary(measured / f"{m}-digit5-no_svhn_syn-default-dirichlet0.5-seed{s}") for s in range(3)]
         for a, w in zip(with_syn, without):
             counts = {c["domain"]: c["class_counts"] for c in a["clients"]}
             others = {d: counts[d] for d in ("mnist", "usps", "mnistm")}
@@ -394,16 +392,15 @@ def test_the_table7_usps_note_quotes_the_runs_with_an_svhn_client():
     """Table 7's USPS note: the skewed runs with an SVHN client (results/measured/digit5-svhn-client-skew) against
     the committed Table 7 runs: the other domains' class counts unchanged, SVHN's 79 images (USPS's share of the
     sample-weighted average 64 / 527 = 12.1%, 64 / 448 = 14.3% without), and the USPS rise the note quotes."""
+    from benchmark.results import read_summary
     from ray_jobs.tables import GAP_NOTES
-
-    def summary(folder):
-        return json.loads((folder / "summary.json").read_text())
 
     rise = {}
     for m in ("fedavg", "fedplvm"):
-        without = [summary(ROOT / f"results/runs/{m}-digit5-no_svhn-default-dirichlet0.5-seed{s}") for s in range(3)]
-        with_svhn = [summary(ROOT / f"results/measured/digit5-svhn-client-skew/{m}-digit5-default-dirichlet0.5-seed{s}")
-                     for s in range(3)]
+        without = [read_summary(ROOT / f"results/runs/{m}-digit5-no_svhn-default-dirichlet0.5-seed{s}")
+                   for s in range(3)]
+        measured = ROOT / "results/measured/digit5-svhn-client-skew"
+        with_svhn = [read_summary(measured / f"{m}-digit5-default-dirichlet0.5-seed{s}") for s in range(3)]
         for a, w in zip(without, with_svhn):
             counts = {c["domain"]: c["class_counts"] for c in w["clients"]}
             assert {c["domain"]: c["class_counts"] for c in a["clients"]} == {d: counts[d] for d in a["domains"]}

@@ -1,8 +1,9 @@
 """A data root with an SVHN domain made from the 1,083 SVHN images we have, for probes of what an SVHN client
 does (docs/gaps.md 3.2 and 3.6). The full SVHN is not offline, so `--domains` without svhn is the rule; this root
 lets a probe run one anyway. It links every file of the shared data root and adds `digits/svhn_train.npz` and
-`digits/svhn_test.npz`: a stratified shuffled 80/20 split (scikit-learn, random_state 0) of
-`digits/svhn_train_first1083.npz`, each part in archive order, with their checksums in its SHA256SUMS.
+`digits/svhn_test.npz` (`benchmark.download.root_with_svhn`): a stratified shuffled 80/20 split
+(`benchmark.data.shuffled_split`) of `digits/svhn_train_first1083.npz`, each part in archive order, with their
+checksums in its SHA256SUMS.
 Digit-5 pools and splits both parts again, so only the pool matters there. Not the paper's SVHN: 1,083 images of
 the official training set, so an SVHN test accuracy from this root is comparable to nothing.
 
@@ -16,33 +17,19 @@ import sys
 from pathlib import Path
 
 import numpy as np
-from sklearn.model_selection import StratifiedShuffleSplit
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from benchmark.data import resolve_data_root, sha256_file  # noqa: E402
-
-SOURCE = "digits/svhn_train_first1083.npz"
+from benchmark.data import resolve_data_root, shuffled_split  # noqa: E402
+from benchmark.download import SVHN_FIRST_1083, root_with_svhn  # noqa: E402
 
 
 def make_root(source: Path, out: Path) -> tuple[int, int]:
     """Builds the root at `out` (a new or empty folder); returns the sizes of the train and test parts."""
     if out.exists() and any(out.iterdir()):
         raise SystemExit(f"{out} is not empty: give a new folder (this tool never overwrites one).")
-    with np.load(source / SOURCE) as z:
-        x, y = z["x"], z["y"]
-    (out / "digits").mkdir(parents=True)
-    for f in sorted(source.iterdir()):
-        if f.is_dir() and f.name != "digits":
-            (out / f.name).symlink_to(f.resolve())
-    for f in sorted((source / "digits").iterdir()):
-        (out / "digits" / f.name).symlink_to(f.resolve())
-    train, test = next(StratifiedShuffleSplit(n_splits=1, test_size=0.2, random_state=0).split(x, y))
-    sums = (source / "SHA256SUMS").read_text().rstrip("\n") + "\n"
-    for name, idx in (("svhn_train", np.sort(train)), ("svhn_test", np.sort(test))):
-        path = out / "digits" / f"{name}.npz"
-        np.savez(path, x=x[idx], y=y[idx])
-        sums += f"{sha256_file(path)}  digits/{name}.npz\n"
-    (out / "SHA256SUMS").write_text(sums)
+    with np.load(source / SVHN_FIRST_1083) as z:
+        train, test = shuffled_split(z["y"])
+    root_with_svhn(source, out, np.sort(train), np.sort(test))
     return len(train), len(test)
 
 
