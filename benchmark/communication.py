@@ -42,7 +42,8 @@ def client_round(up_weights: tuple[int, int], up_prototypes, down_weights, down_
     """One client's round: `up_weights` the (entries, bytes) of the state_dict it sent ((0, 0): none),
     `up_prototypes` what it sent of its prototypes (None: nothing), `down_weights` and `down_payload`
     what it received (None: nothing)."""
-    (uw, uwb), (up, upb), (dw, dwb), (dp, dpb) = up_weights, count(up_prototypes), count(down_weights), count(down_payload)
+    (uw, uwb), (up, upb), (dw, dwb), (dp, dpb) = (up_weights, count(up_prototypes), count(down_weights),
+                                                  count(down_payload))
     return {"up_weights": uw, "up_prototypes": up, "up_bytes": uwb + upb,
             "down_weights": dw, "down_prototypes": dp, "down_bytes": dwb + dpb}
 

@@ -56,7 +56,8 @@ DATASETS: dict[str, dict[str, tuple[str, str | None]]] = {
 # dataset -> domain -> what our archive is when it is not the paper's dataset (table reports print it)
 STAND_INS: dict[str, dict[str, str]] = {
     "digit5": {"syn": "FPL's SYN (Roy et al. 2018, digits over natural-image backgrounds) stands in for FedPLVM's "
-                      "SynthDigits (Ganin's SynNumbers, not available offline): not the paper's images (docs/deviations.md, 19)"},
+                      "SynthDigits (Ganin's SynNumbers, not available offline): not the paper's images "
+                      "(docs/deviations.md, 19)"},
 }
 NUM_CLASSES = 10
 IMAGE_SIZE = 32
@@ -142,7 +143,8 @@ def verify_files(root: Path, relpaths: list[str]) -> None:
     for rel in relpaths:
         path = root / rel
         if rel not in sums:
-            raise DataError(f"{path} is not listed in {root / 'SHA256SUMS'}; add its sha256 there (`make data` writes it).")
+            raise DataError(f"{path} is not listed in {root / 'SHA256SUMS'}; add its sha256 there "
+                            "(`make data` writes it).")
         stat = path.stat()
         key = str(path.resolve())
         stamp = [stat.st_size, stat.st_mtime_ns, sums[rel]]
@@ -305,7 +307,8 @@ def eval_subset(n: int, cap: int | None) -> np.ndarray:
     return np.sort(np.random.default_rng(0).permutation(n)[:cap])
 
 
-def domain_test_set(dom: Domain, spec, eval_max: int | None, cap: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+def domain_test_set(dom: Domain, spec, eval_max: int | None,
+                    cap: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """A domain's test images (uint8, at `spec`'s image size and channels) and labels as a run evaluates them:
     all, or the fixed subset `eval_subset` keeps under `eval_max`; `cap` keeps a further fixed subset of those."""
     keep = eval_subset(len(dom.test_y), eval_max)

@@ -46,8 +46,9 @@ def nway_kshot_split(train_labels: np.ndarray, test_labels: np.ndarray, num_clie
             for c in classes:
                 start = taken[part][c]
                 if start + count > len(orders[part][c]):
-                    raise ValueError(f"n-way k-shot split: class {c} has {len(orders[part][c])} {part} samples, too few for "
-                                    f"{num_clients} clients taking {count} each; use fewer clients or a smaller k.")
+                    raise ValueError(f"n-way k-shot split: class {c} has {len(orders[part][c])} {part} samples, "
+                                     f"too few for {num_clients} clients taking {count} each; use fewer clients or a "
+                                     "smaller k.")
                 picked[part].append(orders[part][c][start:start + count])
                 taken[part][c] = start + count
         clients.append({"classes": classes.tolist(), "indices": np.sort(np.concatenate(picked["train"])).tolist(),

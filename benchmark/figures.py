@@ -125,7 +125,8 @@ def plot_curves(run_dirs, stem: Path, title: str = "", formats=FORMATS) -> pd.Da
                     continue
                 ax.plot(line["round"], line["mean"], color=c, marker="." if len(line) < 30 else None, label=m)
                 if (line.seeds > 1).any():
-                    ax.fill_between(line["round"], line["mean"] - line["std"], line["mean"] + line["std"], color=c, alpha=0.2)
+                    ax.fill_between(line["round"], line["mean"] - line["std"], line["mean"] + line["std"],
+                                    color=c, alpha=0.2)
             ax.set_title(f"{ds}: {doms[j]}", fontsize=10)
             ax.xaxis.set_major_locator(MaxNLocator(integer=True))
             ax.set_xlabel("round")
@@ -146,7 +147,8 @@ def local_prototype_data(run_dirs) -> pd.DataFrame:
     rows = []
     for run_dir in run_dirs:
         cfg = _config(run_dir)
-        domain = {str(c["id"]): c["domain"] for c in json.loads((Path(run_dir) / "summary.json").read_text())["clients"]}
+        domain = {str(c["id"]): c["domain"]
+                  for c in json.loads((Path(run_dir) / "summary.json").read_text())["clients"]}
         for rec in read_jsonl(Path(run_dir) / "metrics.jsonl"):
             for cid, n in rec.get("local_prototypes_per_class", {}).items():
                 rows.append({"dataset": cfg["dataset"], "domain": domain[cid], "seed": cfg["seed"],
@@ -174,7 +176,8 @@ def plot_local_prototypes(run_dirs, stem: Path, title: str = "", formats=FORMATS
         ax.set_ylabel("local prototypes per class")
         ax.grid(alpha=0.3)
         ax.legend(fontsize=8)
-    fig.suptitle(title or "local clustered prototypes per class (mean over the domain's clients and seeds)", fontsize=11)
+    fig.suptitle(title or "local clustered prototypes per class (mean over the domain's clients and seeds)",
+                 fontsize=11)
     _save(fig, stem, formats)
     return data
 
@@ -231,7 +234,8 @@ def plot_bars(run_dirs, reference: dict | None, stem: Path, title: str = "", for
             ax.set_ylim(0, 100)
             ax.grid(axis="y", alpha=0.3)
     axes[0][0].legend(fontsize=8, loc="upper left")
-    fig.suptitle(title or "last-5-round accuracy: ours (solid, ± std over seeds) beside the paper (hatched)", fontsize=11)
+    fig.suptitle(title or "last-5-round accuracy: ours (solid, ± std over seeds) beside the paper (hatched)",
+                 fontsize=11)
     _save(fig, stem, formats)
     return data
 
@@ -302,7 +306,8 @@ def plot_grid(run_dirs, hparam: str, stem: Path, title: str = "", formats=FORMAT
         ax.set_xlabel(hparam)
         ax.set_ylabel("accuracy (%)")
         ax.grid(alpha=0.3)
-        ax.legend(fontsize=7, ncols=len(methods), loc="upper center", bbox_to_anchor=(0.5, -0.2))  # below the axis label
+        ax.legend(fontsize=7, ncols=len(methods), loc="upper center",
+                  bbox_to_anchor=(0.5, -0.2))  # below the axis label
     fig.suptitle(title or f"accuracy against {hparam} (mean over seeds, error bars: ± std)", fontsize=11)
     _save(fig, stem, formats)
     return data
@@ -415,7 +420,8 @@ def plot_tsne(run_dirs, stem: Path, per_domain: int = 300, data_root: str | None
         ax.set_xticks([])
         ax.set_yticks([])
     handles = [Line2D([], [], ls="", marker="o", color=cmap(c), label=f"class {c}") for c in range(10)]
-    handles += [Line2D([], [], ls="", marker=MARKERS[k % len(MARKERS)], color="k", label=d) for k, d in enumerate(domains)]
+    handles += [Line2D([], [], ls="", marker=MARKERS[k % len(MARKERS)], color="k", label=d)
+                for k, d in enumerate(domains)]
     kinds = {k for m in maps.values() for k in m.kind}
     handles += [Line2D([], [], ls="", marker=marker, color="w", markeredgecolor="k", markersize=size ** 0.5, label=kind)
                 for kind, (marker, size) in PROTOTYPE_MARKERS.items() if kind in kinds]
@@ -449,7 +455,8 @@ def fedproto_figures(run_dirs, out_dir: Path, title: str = "") -> dict:
                            f"{title}, {split}: mean client accuracy over rounds (mean over seeds, band: ± std)")
         curves.append(data.assign(dataset=split))
         files += [stem.with_name(f"{stem.name}.{f}") for f in FORMATS]
-    figure3 = [d for d, c in configs.items() if c["method"] in paper.FEDPROTO_FIGURE3 and ways[c["split"]][:2] == (3, 2)]
+    figure3 = [d for d, c in configs.items()
+               if c["method"] in paper.FEDPROTO_FIGURE3 and ways[c["split"]][:2] == (3, 2)]
     samples = None
     if any(ways[configs[d]["split"]][2] != SHOTS for d in figure3):
         stem = Path(out_dir) / "samples"

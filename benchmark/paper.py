@@ -60,7 +60,8 @@ FEDAPC = {**FEDAPC_TABLE1, **FEDAPC_TABLE2}  # `make table-fedapc`: both tables 
 
 
 # ------------------------------------------------------------------ FedPLVM (NeurIPS 2024), PROTOCOL.md section 2
-FEDPLVM_DOMAINS = {"digit5": ["mnist", "svhn", "usps", "syn", "mnistm"], "office10": ["amazon", "caltech", "dslr", "webcam"]}
+FEDPLVM_DOMAINS = {"digit5": ["mnist", "svhn", "usps", "syn", "mnistm"],
+                   "office10": ["amazon", "caltech", "dslr", "webcam"]}
 
 
 def _plvm(digit5: list[float] | None = None, office10: list[float] | None = None) -> dict[str, dict[str, float]]:
@@ -97,8 +98,8 @@ FEDPLVM_TABLE5 = {
 }
 
 
-# Tables 7 (Digit-5) and 8 (Office-10), appendix D: label skew, Dirichlet alpha 0.5 as stated (Table 8's numbers fit 1.0:
-# docs/deviations.md, 32); final round, mean of 5 runs
+# Tables 7 (Digit-5) and 8 (Office-10), appendix D: label skew, Dirichlet alpha 0.5 as stated (Table 8's numbers fit
+# 1.0: docs/deviations.md, 32); final round, mean of 5 runs
 FEDPLVM_TABLE78 = {
     "fedavg": _plvm([79.44, 24.16, 65.46, 40.58, 55.16, 52.96], [47.36, 33.63, 49.42, 72.95, 50.84]),
     "fedprox": _plvm([81.40, 24.44, 67.54, 41.64, 55.80, 54.16], [48.58, 33.78, 52.42, 75.10, 52.47]),

@@ -19,7 +19,8 @@ from benchmark.fewshot import SHOTS, STDEV, nway_kshot_split
 
 
 def partition_domain(
-    labels: np.ndarray, num_clients: int, pct: float, seed: int, fraction: float = 1.0, fill_missing_classes: bool = False
+    labels: np.ndarray, num_clients: int, pct: float, seed: int, fraction: float = 1.0,
+    fill_missing_classes: bool = False
 ) -> list[np.ndarray]:
     """Clients in order each take int(pct * N) indices from a seeded permutation of what remains.
 
@@ -173,7 +174,8 @@ def plan_clients(root: Path, dataset: str, clients_per_domain: dict[str, int], p
                                          shots=shots, stdev=stdev, fraction=fraction)
             except ValueError as e:
                 raise DataError(f"{dataset}/{d}: {e}") from None
-            clients += [{"id": len(clients) + i, "domain": d, **c, "num_samples": len(c["indices"])} for i, c in enumerate(split)]
+            clients += [{"id": len(clients) + i, "domain": d, **c, "num_samples": len(c["indices"])}
+                        for i, c in enumerate(split)]
             continue
         extra = [{} for _ in range(n_clients)]
         if per_class is not None:
@@ -190,7 +192,8 @@ def plan_clients(root: Path, dataset: str, clients_per_domain: dict[str, int], p
         else:
             train_stem, test_stem = DATASETS[dataset][d]
             office = test_stem is None
-            labels = np.concatenate([np.load(root / f, allow_pickle=False)["y"] for f in archive_files(root, train_stem)])
+            labels = np.concatenate([np.load(root / f, allow_pickle=False)["y"]
+                                     for f in archive_files(root, train_stem)])
             if office:
                 labels = labels[office_split(len(labels))[0]]
             try:
@@ -209,5 +212,6 @@ def plan_clients(root: Path, dataset: str, clients_per_domain: dict[str, int], p
                 raise DataError(f"{dataset}/{d}: the split gives client {len(clients)} no sample"
                                 + ("" if skew is None else f" (the Dirichlet draw of --dirichlet-seed {skew.seed}; "
                                    "use another --dirichlet-seed or a larger --dirichlet-alpha)") + ".")
-            clients.append({"id": len(clients), "domain": d, "indices": shard.tolist(), "num_samples": len(shard), **more})
+            clients.append({"id": len(clients), "domain": d, "indices": shard.tolist(), "num_samples": len(shard),
+                            **more})
     return clients

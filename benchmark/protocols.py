@@ -56,7 +56,8 @@ SPLITS: dict[str, dict[str, dict[str, int]]] = {
 # presets scale-digits-100 and scale-digits-500 run them at --participation 0.1
 SCALED_DIGITS = {"100clients": 5, "500clients": 25}
 SPLITS["digits"] |= {name: {d: n * k for d, n in SPLITS["digits"]["code"].items()} for name, k in SCALED_DIGITS.items()}
-DEFAULT_SPLIT = {"digits": "code", "office_caltech": "default", "digit5": "default", "office10": "default", "mnist": "3way"}
+DEFAULT_SPLIT = {"digits": "code", "office_caltech": "default", "digit5": "default", "office10": "default",
+                 "mnist": "3way"}
 RANDOM_SPLIT = "random"  # the split drawn from the seed, as RethinkFL's --rand_dataset does (`reference_random_split`)
 
 

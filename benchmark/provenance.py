@@ -65,7 +65,8 @@ def describe_process(device) -> dict:
     gpu = torch.cuda.get_device_name(device) if device.type == "cuda" else None
     return {"host": socket.gethostname(), "pid": os.getpid(), "cpu": cpu_model(), "cpu_count": os.cpu_count(),
             "torch_threads": torch.get_num_threads(), "load_1min": round(os.getloadavg()[0], 2),
-            "device": str(device), "gpu": gpu, "visible_gpus": torch.cuda.device_count() if torch.cuda.is_available() else 0}
+            "device": str(device), "gpu": gpu,
+            "visible_gpus": torch.cuda.device_count() if torch.cuda.is_available() else 0}
 
 
 def peak_memory(device) -> dict:

@@ -57,7 +57,8 @@ def summarize(cfg: dict, clients: list[dict], rounds: list[dict]) -> dict:
     keep = cfg.get("eval_last", LAST_K)
     missing = [r["round"] for r in rounds[-keep:] if "accuracy" not in r]
     if missing:
-        raise ValueError(f"rounds {missing} of the last {keep} were not evaluated; the final (and last-5) metrics need them.")
+        raise ValueError(f"rounds {missing} of the last {keep} were not evaluated; "
+                         "the final (and last-5) metrics need them.")
     last = rounds[-LAST_K:]
     domains = list(rounds[-1]["accuracy"])
     last5 = ({d: float(np.mean([r["accuracy"][d] for r in last])) for d in domains}
@@ -186,7 +187,8 @@ class Recorder:
         for stale in ("summary.json", "error.txt", MODEL_FILE, FEATURES_FILE, METRICS_ARCHIVE):
             (self.out / stale).unlink(missing_ok=True)
         self.cfg, self.clients, self.rounds = cfg, clients, []
-        atomic_write(self.out / "config.json", json.dumps({**cfg, "clients": clients, "test_sizes": test_sizes}, indent=2))
+        atomic_write(self.out / "config.json",
+                     json.dumps({**cfg, "clients": clients, "test_sizes": test_sizes}, indent=2))
         atomic_write(self.out / "metrics.jsonl", "")
         self.wandb = None
         if wandb_mode() != "disabled":
@@ -214,7 +216,8 @@ class Recorder:
             self.wandb.log(
                 {**{f"accuracy/{d}": v for d, v in acc.items()}, "train_loss": record["train_loss"],
                  **{f"time_s/{k}": v for k, v in record["time_s"].items()},
-                 **{f"communication/{k}": v for k, v in record.get("communication", {}).get("mean_per_client", {}).items()},
+                 **{f"communication/{k}": v
+                    for k, v in record.get("communication", {}).get("mean_per_client", {}).items()},
                  "round": record["round"]},
                 step=record["round"],
             )
@@ -247,7 +250,8 @@ class Recorder:
 
             domains = list(self.rounds[-1]["accuracy"])
             per_round = wandb.Table(columns=["round", *domains],
-                                    data=[[r["round"], *r["accuracy"].values()] for r in self.rounds if "accuracy" in r])
+                                    data=[[r["round"], *r["accuracy"].values()]
+                                          for r in self.rounds if "accuracy" in r])
             final = wandb.Table(columns=["metric", *domains],
                                 data=[["final", *summary["final"].values()]]
                                 + ([["last5", *summary["last5"].values()]] if summary["last5"] else []))

@@ -89,7 +89,8 @@ class Transform:
         """A test batch: normalised."""
         return normalize(x_uint8, self.mean, self.std)
 
-    def train_stacked(self, x_uint8: torch.Tensor, idx: torch.Tensor, generators: list[torch.Generator]) -> torch.Tensor:
+    def train_stacked(self, x_uint8: torch.Tensor, idx: torch.Tensor,
+                      generators: list[torch.Generator]) -> torch.Tensor:
         """The training batches of k clients at once: `x_uint8` N x C x H x W (the clients' images, one after
         another), `idx` k x B (each client's batch: rows of x_uint8). Client i's batch is
         `train(x_uint8[idx[i]], generators[i])`, the same draws from its generator, made with one gather and one
@@ -118,7 +119,8 @@ def erasing_params(n: int, h: int, w: int, generator: torch.Generator | None = N
     dev = generator.device if generator is not None else "cpu"
     apply = torch.rand(n, generator=generator, device=dev) < p
     area = torch.empty(n, ERASE_TRIES, device=dev).uniform_(*ERASE_SCALE, generator=generator) * (h * w)
-    log_r = torch.empty(n, ERASE_TRIES, device=dev).uniform_(*torch.tensor(ERASE_RATIO).log().tolist(), generator=generator)
+    log_r = torch.empty(n, ERASE_TRIES, device=dev).uniform_(*torch.tensor(ERASE_RATIO).log().tolist(),
+                                                             generator=generator)
     pos = torch.rand(2, n, generator=generator, device=dev)
     eh = torch.sqrt(area * log_r.exp()).round().long()
     ew = torch.sqrt(area / log_r.exp()).round().long()

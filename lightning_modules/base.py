@@ -212,7 +212,8 @@ class ClientModule(L.LightningModule):
         epoch_steps) of its clients, each at its own step, and reads `requires_grad` per client."""
 
     def configure_optimizers(self):
-        return torch.optim.SGD(self.net.parameters(), lr=self.lr, momentum=self.momentum, weight_decay=self.weight_decay)
+        return torch.optim.SGD(self.net.parameters(), lr=self.lr, momentum=self.momentum,
+                               weight_decay=self.weight_decay)
 
     @torch.no_grad()
     def eval_features(self, x: torch.Tensor) -> torch.Tensor:
@@ -284,8 +285,8 @@ def augmented_batch(x: torch.Tensor, y: torch.Tensor, idx: torch.Tensor, generat
     return transform.train(x[idx], generator).to(dtype), y[idx]
 
 
-def fit_local(module: ClientModule, x: torch.Tensor, y: torch.Tensor, epochs: int, batch_size: int, generator: torch.Generator,
-              drop_last: bool = False) -> float:
+def fit_local(module: ClientModule, x: torch.Tensor, y: torch.Tensor, epochs: int, batch_size: int,
+              generator: torch.Generator, drop_last: bool = False) -> float:
     """Train `module` on the resident uint8 images `x` and labels `y`; returns the mean loss.
 
     Under the hyperparameter `dp_sgd` the steps are DP-SGD (`lightning_modules.privacy.dp_sgd`: Opacus's optimiser

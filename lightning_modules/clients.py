@@ -172,8 +172,9 @@ class ClientGroup:
             self.data[c["id"]] = (self.at_home(x), self.at_home(torch.from_numpy(dom.train_y[idx])))
             if "test_indices" in c:  # the client's own test samples and classes
                 tidx = np.asarray(c["test_indices"])
-                self.test_data[c["id"]] = (self.at_home(to_tensor_images(dom.test_x[tidx], spec.image_size, spec.channels)),
-                                           self.at_home(torch.from_numpy(dom.test_y[tidx])), c["classes"])
+                self.test_data[c["id"]] = (
+                    self.at_home(to_tensor_images(dom.test_x[tidx], spec.image_size, spec.channels)),
+                    self.at_home(torch.from_numpy(dom.test_y[tidx])), c["classes"])
             elif personal:
                 self.test_data[c["id"]] = domain_tests[c["domain"]]
         # one module per architecture (its weights are a client's starting state before each fit)
@@ -213,7 +214,8 @@ class ClientGroup:
     def make_module(self, model_kwargs: dict) -> ClientModule:
         cfg, spec = self.cfg, self.cfg.dataset_spec
         module = METHODS[cfg.method].client(build_model(spec.model, spec.num_classes, **model_kwargs), cfg.hparams,
-                                            lr=cfg.lr, momentum=cfg.momentum, weight_decay=cfg.weight_decay).to(self.device)
+                                            lr=cfg.lr, momentum=cfg.momentum,
+                                            weight_decay=cfg.weight_decay).to(self.device)
         module.precision_mode = cfg.precision
         module.transform = spec.transform
         module.run_rounds = cfg.rounds
@@ -343,7 +345,8 @@ class ClientGroup:
             gens = [client_generator(cfg.seed, round_idx, c["id"]) for c in members]
             # torch's global stream (dropout, in FedProto's CNN) from (seed, round, first client): the same draws
             # on any executor and after a resume
-            torch.manual_seed(int(torch.randint(2**62, (), generator=client_generator(cfg.seed, round_idx, members[0]["id"]))))
+            torch.manual_seed(int(torch.randint(2**62, (),
+                                                generator=client_generator(cfg.seed, round_idx, members[0]["id"]))))
             data = self.fetch([c["id"] for c in members], self.data)
             try:
                 if len(members) == 1:
@@ -362,7 +365,8 @@ class ClientGroup:
                 load(i)
                 cid, n = c["id"], len(data[i][1])
                 weights = module.net.state_dict()
-                if not bool(torch.stack([torch.isfinite(v).all() for v in weights.values() if v.is_floating_point()]).all()):
+                if not bool(torch.stack([torch.isfinite(v).all() for v in weights.values()
+                                         if v.is_floating_point()]).all()):
                     raise NonFiniteLoss(self.non_finite("weights", round_idx, c))
                 losses[cid] = member_losses[i]
                 self.client_states[cid] = self.keep(module.client_state())

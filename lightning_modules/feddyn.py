@@ -44,7 +44,8 @@ class FedDynClient(ClientModule):
         super().start_round(round_idx, payload, global_state, client_state)
         self.sent = [p.detach().clone() for p in self.net.parameters()]
         p = self.sent[0]
-        self.register_buffer("alpha_k", torch.tensor(client_state["alpha"], dtype=p.dtype, device=p.device), persistent=False)
+        self.register_buffer("alpha_k", torch.tensor(client_state["alpha"], dtype=p.dtype, device=p.device),
+                             persistent=False)
         for i, (h, p) in enumerate(zip(client_state["h"], self.sent)):
             self.register_buffer(f"h_{i}", h.detach().to(p).clone(), persistent=False)
 

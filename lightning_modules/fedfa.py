@@ -80,8 +80,8 @@ def variance_fusion(shared_var: torch.Tensor, eps: float) -> torch.Tensor:
     return t.shape[-1] * t / t.sum(dim=-1, keepdim=True)
 
 
-def feature_augmentation(x: torch.Tensor, noise_mean: torch.Tensor, noise_std: torch.Tensor, shared_var_mean: torch.Tensor,
-                         shared_var_std: torch.Tensor, eps: float = 1e-6):
+def feature_augmentation(x: torch.Tensor, noise_mean: torch.Tensor, noise_std: torch.Tensor,
+                         shared_var_mean: torch.Tensor, shared_var_std: torch.Tensor, eps: float = 1e-6):
     """The FFA layer's re-styling of `x` (B x C x H x W) with the standard normal draws `noise_mean`,
     `noise_std` (B x C) and the server's client-sharing variances (C each). Returns (the augmented x, the
     per-sample channel means mu, the stds sigma), both B x C. Variances unbiased, as torch's default there."""
@@ -133,7 +133,8 @@ def augmentation_sites(net: nn.Module) -> list[tuple[nn.Module, str, int]]:
 
 @dataclass(frozen=True)
 class FedFARound(RoundPayload):
-    running: torch.Tensor  # 2 x sum(C): per layer in order, the clients' mean running channel mean (row 0) and std (row 1)
+    running: torch.Tensor  # 2 x sum(C): per layer in order, the clients' mean running channel mean (row 0) and std
+                           # (row 1)
     shared_var: torch.Tensor  # 2 x sum(C): their variance across the clients (the client-sharing statistics)
 
 
@@ -167,7 +168,8 @@ class FedFAClient(ClientModule):
         p, start = self.payload, 0
         for layer in self.ffa:
             end = start + layer.channels
-            layer.reset(None if p is None else p.running[:, start:end], None if p is None else p.shared_var[:, start:end])
+            layer.reset(None if p is None else p.running[:, start:end],
+                        None if p is None else p.shared_var[:, start:end])
             start = end
 
     def augment(self, i: int, x: torch.Tensor, training: bool) -> torch.Tensor:
@@ -190,13 +192,16 @@ class FedFAClient(ClientModule):
         fire = coin < hp["p"]
         with torch.no_grad():  # the running statistics move only when the layer fires, as the code's
             m = hp["momentum"]
-            layer.running_mean.copy_(torch.where(fire, layer.running_mean * m + mean.mean(dim=0) * (1 - m), layer.running_mean))
-            layer.running_std.copy_(torch.where(fire, layer.running_std * m + std.mean(dim=0) * (1 - m), layer.running_std))
+            layer.running_mean.copy_(torch.where(fire, layer.running_mean * m + mean.mean(dim=0) * (1 - m),
+                                                 layer.running_mean))
+            layer.running_std.copy_(torch.where(fire, layer.running_std * m + std.mean(dim=0) * (1 - m),
+                                                layer.running_std))
         return torch.where(fire, out.to(x.dtype), x)
 
     def local_prototypes(self, x=None, y=None, generator=None) -> dict[int, torch.Tensor]:
         """What FedFA uploads besides its weights: layer -> its running channel mean and std (2 x C, CPU)."""
-        return {i: torch.stack([layer.running_mean, layer.running_std]).detach().cpu() for i, layer in enumerate(self.ffa)}
+        return {i: torch.stack([layer.running_mean, layer.running_std]).detach().cpu()
+                for i, layer in enumerate(self.ffa)}
 
 
 class FedFAServer(FedAvgServer):

@@ -99,7 +99,8 @@ class FedPCLClient(ClientModule):
         if self.anchor_sets is None:  # round 0: no prototypes yet, nothing to train
             return torch.zeros((), dtype=z.dtype, device=z.device)
         views, labels = torch.cat([z, z]), torch.cat([y, y])
-        return sum(prototype_contrastive_loss(views, labels, protos, self.hparams["tau"]) for protos in self.anchor_sets)
+        return sum(prototype_contrastive_loss(views, labels, protos, self.hparams["tau"])
+                   for protos in self.anchor_sets)
 
     def local_prototypes(self, x=None, y=None, generator=None) -> dict[int, torch.Tensor]:
         """Class -> the mean projected feature of the client's training images of that class, eval mode (CPU)."""

@@ -146,7 +146,8 @@ class StackedSGD:
             torch._foreach_add_(ps, bufs, alpha=-lr)
 
 
-def training_losses(hooks: _Hooks, state: dict, shared: dict, xb: torch.Tensor, yb: torch.Tensor, step: int) -> torch.Tensor:
+def training_losses(hooks: _Hooks, state: dict, shared: dict, xb: torch.Tensor, yb: torch.Tensor,
+                    step: int) -> torch.Tensor:
     """The clients' `training_step` losses: the module's hook under vmap, each client with its slice of `state`."""
     def one_client(s, x, y):
         return functional_call(hooks, (s, shared), ("training_step", (x, y), step))

@@ -65,7 +65,8 @@ def moon_loss(z: torch.Tensor, z_glob: torch.Tensor, z_prev: torch.Tensor, tempe
     return F.cross_entropy(logits / temperature, torch.zeros(len(z), dtype=torch.long, device=z.device))
 
 
-def prototype_infonce(z: torch.Tensor, y: torch.Tensor, global_protos: torch.Tensor, temperature: float) -> torch.Tensor:
+def prototype_infonce(z: torch.Tensor, y: torch.Tensor, global_protos: torch.Tensor,
+                      temperature: float) -> torch.Tensor:
     """FedProc's prototype contrastive loss, batch mean.
 
     Per sample: CE over cos(z, G_k) / T for the classes k with a prototype (NaN rows are
@@ -81,7 +82,8 @@ def prototype_infonce(z: torch.Tensor, y: torch.Tensor, global_protos: torch.Ten
     return per_sample.sum() / len(y)
 
 
-COS_EPS = 1e-6  # FedPLVM: cosines are clamped here before the power alpha (d/ds s^alpha is infinite at 0; docs/deviations.md)
+COS_EPS = 1e-6  # FedPLVM: cosines are clamped here before the power alpha (d/ds s^alpha is infinite at 0;
+                # docs/deviations.md)
 
 
 def _alpha_similarity(features: torch.Tensor, prototypes: torch.Tensor, alpha: float) -> torch.Tensor:

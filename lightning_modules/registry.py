@@ -5,7 +5,8 @@ Hyperparameter defaults are PROTOCOL.md's; each is overridable on the command li
 (`--hp name=value`), reaches the client module and the server rule as `hparams`, and is
 recorded in config.json. A paper's ablations are named variants of its method: the same client
 module and server rule, other switches; `register` marks them (`variant_of`, the method
-registered first with that pair), and tables of every method, `make table-all`, leave them out. "dev. N" is deviation N of docs/deviations.md.
+registered first with that pair), and tables of every method, `make table-all`, leave them out. "dev. N" is
+deviation N of docs/deviations.md.
 """
 from __future__ import annotations
 
@@ -137,8 +138,10 @@ register(Method(
     defaults=dict(
         mu=5.0,  # weight of the model-contrastive term
         temperature=0.5,  # of the cosine similarities
-        frozen_mode="train",  # the frozen global/previous models in training mode, as RethinkFL's code, or "eval" (dev. 12)
-        initial_previous="own",  # round 0's previous model: the client's own initialisation, or the "global" one (dev. 12)
+        frozen_mode="train",  # the frozen global/previous models in training mode, as RethinkFL's code, or "eval"
+                              # (dev. 12)
+        initial_previous="own",  # round 0's previous model: the client's own initialisation, or the "global" one
+                                 # (dev. 12)
         double_forward=True,  # BatchNorm running statistics move twice per step, as the code's two passes (dev. 18)
     ),
     validate=_all(_positive("mu", "temperature"),
@@ -227,7 +230,8 @@ FPL_DEFAULTS = dict(
     tau=0.02,  # CPCL temperature (dev. 5: tau = 0.01 overflows and stops the run, as in Fig. 4)
     cpcl=True,  # Table 1: the cluster prototype contrastive term on/off
     upcr=True,  # Table 1: the unbiased prototype consistency term on/off
-    upcr_target="unbiased",  # Table 3: UPCR towards the unbiased (U) or the plain mean "global" (G) prototypes (dev. 13)
+    upcr_target="unbiased",  # Table 3: UPCR towards the unbiased (U) or the plain mean "global" (G) prototypes
+                             # (dev. 13)
     cpcl_protos="cluster",  # Fig. 5: CPCL against the FINCH cluster (dev. 6) or the "global" mean prototypes
     upcr_reduction="mean",  # UPCR over the feature dimensions: the code's "mean" or the paper's Eq. 10 "sum" (dev. 17)
     # weight of CPCL + UPCR against CE: 1, FPL's loss CE + CPCL + UPCR; FedPLVM's Figure 4 sweeps it (dev. 38)
@@ -244,8 +248,10 @@ def fpl_variant(name: str, description: str, **switches) -> Method:
 fpl_variant("fpl", "FPL: CPCL + UPCR")
 fpl_variant("fpl_cpcl_only", "Table 1: CPCL only", upcr=False)
 fpl_variant("fpl_upcr_only", "Table 1 / Table 3 U: UPCR only", cpcl=False)
-fpl_variant("fpl_upcr_global", "Table 3 G: consistency to the global (mean) prototypes", cpcl=False, upcr_target="global")
-fpl_variant("fpl_cpcl_global", "Fig. 5: CPCL against global instead of cluster prototypes", upcr=False, cpcl_protos="global")
+fpl_variant("fpl_upcr_global", "Table 3 G: consistency to the global (mean) prototypes", cpcl=False,
+            upcr_target="global")
+fpl_variant("fpl_cpcl_global", "Fig. 5: CPCL against global instead of cluster prototypes", upcr=False,
+            cpcl_protos="global")
 
 
 
@@ -304,8 +310,10 @@ fedplvm_variant("fedplvm", "FedPLVM: dual-level clustering, alpha-sparsity contr
 fedplvm_variant("fedplvm_avg_avg", "Table 3 avg/avg: class means locally, their mean globally",
                 local_protos="mean", global_protos="mean")
 fedplvm_variant("fedplvm_avg_cluster", "Table 3 avg/cluster: class means locally, FINCH globally", local_protos="mean")
-fedplvm_variant("fedplvm_no_global_clustering", "Table 4 w/o: every local clustered prototype sent", global_protos="all")
-fedplvm_variant("fedplvm_no_loss", "Table 5: neither contrast nor correction (CE only)", contrast=False, correction=False)
+fedplvm_variant("fedplvm_no_global_clustering", "Table 4 w/o: every local clustered prototype sent",
+                global_protos="all")
+fedplvm_variant("fedplvm_no_loss", "Table 5: neither contrast nor correction (CE only)", contrast=False,
+                correction=False)
 fedplvm_variant("fedplvm_contrast_only", "Table 5: the alpha-sparsity contrast only", correction=False)
 fedplvm_variant("fedplvm_correction_only", "Table 5: the correction term only", contrast=False)
 fedplvm_variant("fedplvm_cluster_avg", "Table 12: FINCH clusters locally, their mean globally (one per class)",
@@ -348,10 +356,12 @@ register(Method(
     defaults=dict(
         tau=0.07,  # temperature of the prototype contrastive loss (the code's ConLoss, base temperature 0.07)
         proj_dim=256,  # output of the projection head Linear(feature, proj_dim) -> ReLU -> L2 normalisation
-        global_term=False,  # also contrast against the global prototypes (the paper's term; the code has none) (dev. 31)
+        global_term=False,  # also contrast against the global prototypes (the paper's term; the code has none)
+                            # (dev. 31)
     ),
     validate=_all(_positive("tau"), _positive_int("proj_dim"), _boolean("global_term")),
-    description="FedPCL: prototype contrast against every client's prototypes, prototypes only, no pre-trained backbone",
+    description="FedPCL: prototype contrast against every client's prototypes, prototypes only, "
+                "no pre-trained backbone",
 ))
 
 

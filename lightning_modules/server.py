@@ -6,8 +6,8 @@ returns `accumulate`d sums of its clients' state_dicts with those weights; the
 driver adds them (`add_sums`) and divides by the total weight (`weighted_mean`);
 the rule turns that mean into the next global state_dict (`aggregate`), builds
 what the clients get with it (`payload`) and names the model the driver tests
-(`evaluated_state`: the global state, except for FedDyn). The rules themselves live with their client modules, one file per
-method under `lightning_modules/`.
+(`evaluated_state`: the global state, except for FedDyn). The rules themselves live with their client modules,
+one file per method under `lightning_modules/`.
 
 A rule with `averages_weights = False` (`LocalModelsRule`: FedProto as published, Local) averages no
 weights: no weights travel, the client groups send no sums, each client keeps its own model (which
@@ -72,7 +72,8 @@ class RoundPayload:
         def move(t: torch.Tensor) -> torch.Tensor:
             return t.to(device, dtype) if dtype is not None and t.is_floating_point() else t.to(device)
 
-        moved = {f.name: move(getattr(self, f.name)) for f in dataclasses.fields(self) if torch.is_tensor(getattr(self, f.name))}
+        moved = {f.name: move(getattr(self, f.name))
+                 for f in dataclasses.fields(self) if torch.is_tensor(getattr(self, f.name))}
         return dataclasses.replace(self, **moved)
 
     def test_prototypes(self, client_id: int) -> torch.Tensor | None:
@@ -92,7 +93,8 @@ class ServerRule(ABC):
     """
 
     state_attrs: tuple[str, ...] = ()  # attributes changed across rounds (tensors, dicts of tensors, numbers, None)
-    averages_weights = True  # False: no weights travel, every client keeps its own model (`LocalModelsRule`; no weights counted)
+    averages_weights = True  # False: no weights travel, every client keeps its own model (`LocalModelsRule`; no
+                             # weights counted)
     # True: each client ends a round with a model of its own (its own, a head of its own, its cluster's centre): the
     # client groups test each client with it, on its own test samples or its domain's; no global model is tested
     personal_models = False
@@ -129,7 +131,8 @@ class ServerRule(ABC):
         back): all of it, unless the rule keeps a part on the clients (FedPer's and FedRep's head)."""
         return state
 
-    def aggregate_clients(self, states: dict[int, State], weights: dict[int, float], round_idx: int) -> dict[int, State]:
+    def aggregate_clients(self, states: dict[int, State], weights: dict[int, float],
+                          round_idx: int) -> dict[int, State]:
         """A `per_client` rule's aggregation: the state_dict each client starts its next round from, from the
         trained state_dicts of the clients that trained in round `round_idx` (client id -> state) and their weights
         (`client_weight`). Clients it returns no entry for keep theirs."""

@@ -295,7 +295,8 @@ def memory_format_throughput(device, n: int, eval_n: int, repeats: int) -> dict:
     y = torch.randint(0, 10, (n,), device=device)
     xe = torch.randn(eval_n, 3, 32, 32, device=device)
     formats = {"contiguous": torch.contiguous_format, "channels_last": torch.channels_last}
-    modules = {k: client_module(lambda: build_model("resnet10", 10).to(memory_format=f), device) for k, f in formats.items()}
+    modules = {k: client_module(lambda: build_model("resnet10", 10).to(memory_format=f), device)
+               for k, f in formats.items()}
 
     def evaluate(module, batch=eval_n):
         module.net.eval()
@@ -304,7 +305,8 @@ def memory_format_throughput(device, n: int, eval_n: int, repeats: int) -> dict:
                 module.net(xe[i:i + batch])
         module.net.train()
 
-    fns = {("training", k): (lambda m=m: fit_local(m, x, y, 1, 64, torch.Generator().manual_seed(0))) for k, m in modules.items()}
+    fns = {("training", k): (lambda m=m: fit_local(m, x, y, 1, 64, torch.Generator().manual_seed(0)))
+           for k, m in modules.items()}
     fns |= {("evaluation", k): (lambda m=m: evaluate(m)) for k, m in modules.items()}
     # the testing batch the runs use on this device (`eval_batch`), channels_last as build_model makes them
     fns[("evaluation", "eval_batch")] = lambda: evaluate(modules["channels_last"], eval_batch(device))
@@ -352,7 +354,8 @@ def round_phases(executor="ray", engine="auto", method="fpl", dataset="office_ca
 
     os.environ.setdefault("WANDB_MODE", "disabled")
     with tempfile.TemporaryDirectory() as out:
-        cfg = RunConfig(method=method, dataset=dataset, out=out, num_actors=2, executor=executor, engine=engine, **settings)
+        cfg = RunConfig(method=method, dataset=dataset, out=out, num_actors=2, executor=executor, engine=engine,
+                        **settings)
         t = time.perf_counter()
         run(cfg, quiet=True)
         wall = time.perf_counter() - t
@@ -518,15 +521,19 @@ def main(argv=None):
         lines.append(s)
         path.write_text("\n".join(lines) + f"\n\ncommand: python -m ray_jobs.bench {flags}".rstrip() + "\n")
 
-    hw = torch.cuda.get_device_name(device) if device.type == "cuda" else f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores"
+    hw = (torch.cuda.get_device_name(device) if device.type == "cuda"
+          else f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores")
     say(f"make bench  {time.strftime('%Y-%m-%d %H:%M')}  device: {device} ({hw}), torch {torch.__version__}, "
         f"{torch.get_num_threads()} threads, load average {os.getloadavg()[0]:.1f} at start, profile {args.profile}")
     say()
     steps, t_plain, t_ours, t_trainer = loop_overhead(device, repeats=15 if args.profile == "auto" else 2)
     say(f"(1) client loop overhead, tiny model, {steps} steps of batch 64 per client-round (best of 15, interleaved)")
-    say(f"    plain PyTorch loop        {1e3 * t_plain:8.2f} ms per client-round  {1e3 * t_plain / steps:7.3f} ms per step")
-    say(f"    LightningModule fit_local {1e3 * t_ours:8.2f} ms per client-round  {1e3 * t_ours / steps:7.3f} ms per step")
-    say(f"    lightning.Trainer.fit     {1e3 * t_trainer:8.2f} ms per client-round  {1e3 * t_trainer / steps:7.3f} ms per step")
+    say(f"    plain PyTorch loop        {1e3 * t_plain:8.2f} ms per client-round  "
+        f"{1e3 * t_plain / steps:7.3f} ms per step")
+    say(f"    LightningModule fit_local {1e3 * t_ours:8.2f} ms per client-round  "
+        f"{1e3 * t_ours / steps:7.3f} ms per step")
+    say(f"    lightning.Trainer.fit     {1e3 * t_trainer:8.2f} ms per client-round  "
+        f"{1e3 * t_trainer / steps:7.3f} ms per step")
     say(f"    overhead of fit_local: {1e3 * (t_ours - t_plain) / steps:+.3f} ms per step, "
         f"{1e3 * (t_ours - t_plain):+.2f} ms per client-round (target <= 0.1 ms and <= 5 ms)")
     say(f"    overhead of Trainer.fit: {1e3 * (t_trainer - t_plain):+.2f} ms per client-round")
@@ -564,26 +571,27 @@ def main(argv=None):
             fused[precision] = ips["fused"]
             if (method, precision) == ("fedavg", "32-true"):
                 plain["equal"] = ips
-            say(f"    {method:8s} {precision:10s} sequential {ips['sequential']:9.1f} images/s   fused {ips['fused']:9.1f} "
-                f"images/s   fused / sequential {ips['fused'] / ips['sequential']:6.3f}")
+            say(f"    {method:8s} {precision:10s} sequential {ips['sequential']:9.1f} images/s   "
+                f"fused {ips['fused']:9.1f} images/s   fused / sequential {ips['fused'] / ips['sequential']:6.3f}")
         if len(fused) == 2:
             say(f"    {method:8s} fused bf16-mixed / 32-true {fused['bf16-mixed'] / fused['32-true']:6.3f}")
     # the ceiling of a stack's step: one model on the stack's images in one batch (the same images per step as the
     # fused engine's, without the clients' own weights: plain convolutions, not grouped ones)
     (ceiling,) = resnet_throughput(device, clients * n, epochs, repeats, batch=clients * 64, ours=False)
-    say(f"    one model, the {clients} clients' images in batches of {clients * 64} (plain loop: a stack's step without "
-        f"its clients' own weights) {ceiling:9.1f} images/s, {ceiling / plain['equal']['fused']:6.3f} x the fused engine "
-        f"(FedAvg, 32-true)")
+    say(f"    one model, the {clients} clients' images in batches of {clients * 64} (plain loop: a stack's step "
+        f"without its clients' own weights) {ceiling:9.1f} images/s, {ceiling / plain['equal']['fused']:6.3f} x the "
+        "fused engine (FedAvg, 32-true)")
     per_size, sizes, batch, epochs, repeats = prof["stacks"]
     unequal = [m for m in sizes for _ in range(per_size)]
     ips = plain["unequal"] = engine_throughput(device, "fedavg", unequal, epochs, repeats, batch=batch,
                                                count_kernels=True)
-    say(f"    clients of unequal sizes (FedAvg, {per_size} clients of each of {', '.join(map(str, sizes))} samples, batch "
-        f"{batch}, 32-true): sequential {ips['sequential']:.1f}, one stack {ips['fused']:.1f}, per-size stacks "
-        f"{ips['per-size stacks']:.1f} images/s; one stack / per-size stacks {ips['fused'] / ips['per-size stacks']:6.3f}, "
-        f"one stack / sequential {ips['fused'] / ips['sequential']:6.3f}; kernels launched (operators dispatched, "
-        f"views not counted): sequential {ips['sequential kernels']}, one stack {ips['fused kernels']}, per-size "
-        f"stacks {ips['per-size stacks kernels']}")
+    say(f"    clients of unequal sizes (FedAvg, {per_size} clients of each of {', '.join(map(str, sizes))} samples, "
+        f"batch {batch}, 32-true): sequential {ips['sequential']:.1f}, one stack {ips['fused']:.1f}, per-size stacks "
+        f"{ips['per-size stacks']:.1f} images/s; one stack / per-size stacks "
+        f"{ips['fused'] / ips['per-size stacks']:6.3f}, one stack / sequential "
+        f"{ips['fused'] / ips['sequential']:6.3f}; kernels launched (operators dispatched, views not counted): "
+        f"sequential {ips['sequential kernels']}, one stack {ips['fused kernels']}, per-size stacks "
+        f"{ips['per-size stacks kernels']}")
     # --cudnn-benchmark: cuDNN times each convolution shape's algorithms and keeps the fastest (the fused engine's
     # vmapped convolutions are grouped ones); the CPU has no cuDNN, where the line only shows the path runs
     before = torch.backends.cudnn.benchmark
@@ -608,11 +616,11 @@ def main(argv=None):
         fused_engine.COMPILE_BACKEND = before
     say(f"    --compile on / off (fused, FedAvg, 32-true, {clients} clients of {n} samples, torch.compile backend "
         f"{backend}{', mode reduce-overhead: CUDA graphs' if device.type == 'cuda' else ', no kernel generation'}): "
-        f"{on['fused']:.1f} against {plain['equal']['fused']:.1f} images/s, {on['fused'] / plain['equal']['fused']:6.3f}; "
-        f"its first round (compiling) {on['fused first s']:.1f} s")
+        f"{on['fused']:.1f} against {plain['equal']['fused']:.1f} images/s, "
+        f"{on['fused'] / plain['equal']['fused']:6.3f}; its first round (compiling) {on['fused first s']:.1f} s")
     t_each, t_one = input_batches(device, clients, n, repeats)
-    say(f"    fused step input ({clients} clients x 64 augmented images): one gather per client {1e3 * t_each:7.2f} ms, "
-        f"one for all {1e3 * t_one:7.2f} ms per step, per client / one {t_each / t_one:6.2f}")
+    say(f"    fused step input ({clients} clients x 64 augmented images): one gather per client "
+        f"{1e3 * t_each:7.2f} ms, one for all {1e3 * t_one:7.2f} ms per step, per client / one {t_each / t_one:6.2f}")
     if device.type == "cuda" or args.profile == "small":
         say()
         say(f"(5) one FPL round on Office-Caltech in process, per phase and share of the round (second round of a "
@@ -626,10 +634,10 @@ def main(argv=None):
             for dataset in ("office_caltech", "digits"):
                 domains, lacking = present_domains(dataset)
                 for engine in ("sequential", "fused"):
-                    cfg, phases, wall = round_phases("local", engine, "fpl", dataset, domains=domains, device=str(device),
-                                                     **full)
-                    what = (f"    full FPL {dataset}{' without ' + ', '.join(lacking) if lacking else ''}: {cfg.rounds} "
-                            f"rounds x {cfg.local_epochs} epochs, engine {engine}: wall {wall:.1f} s")
+                    cfg, phases, wall = round_phases("local", engine, "fpl", dataset, domains=domains,
+                                                     device=str(device), **full)
+                    what = (f"    full FPL {dataset}{' without ' + ', '.join(lacking) if lacking else ''}: "
+                            f"{cfg.rounds} rounds x {cfg.local_epochs} epochs, engine {engine}: wall {wall:.1f} s")
                     if args.full_rounds:  # the preset's whole run from the last round's phases (evaluated)
                         from ray_jobs.config import RunConfig
 
@@ -652,7 +660,8 @@ def main(argv=None):
     say()
     say(f"(7) ResNet-10 convolution weights contiguous (NCHW) vs channels_last (NHWC, as build_model makes them), "
         f"best of {repeats}, interleaved, cuDNN benchmark off")
-    for phase, what in (("training", f"training, fit_local on {n} images"), ("evaluation", f"evaluation, {eval_n} images")):
+    for phase, what in (("training", f"training, fit_local on {n} images"),
+                        ("evaluation", f"evaluation, {eval_n} images")):
         a, b = ips[(phase, "contiguous")], ips[(phase, "channels_last")]
         say(f"    {what:34s} contiguous {a:9.1f} images/s   channels_last {b:9.1f} images/s   "
             f"channels_last / contiguous {b / a:6.3f}")
@@ -671,8 +680,9 @@ def main(argv=None):
     for k in (1, 5, rounds):
         e = evaluated_rounds(rounds, k)
         est = e * evaluated["round"] + (rounds - e) * plain["round"]
-        say(f"    a full run ({rounds} rounds) at --eval-every {k:<3d}: {e:2d} rounds evaluated, about {est / 60:6.1f} min "
-            f"(estimate: these two rounds' times; the final round always, as FedPLVM's tables read it)")
+        say(f"    a full run ({rounds} rounds) at --eval-every {k:<3d}: {e:2d} rounds evaluated, about "
+            f"{est / 60:6.1f} min (estimate: these two rounds' times; the final round always, as FedPLVM's tables "
+            "read it)")
     say()
     settings = prof["scale"]
     say(f"(9) many clients: one FedAvg client group in process, FPL's Digits at participation 0.1, clients in host "
@@ -680,10 +690,10 @@ def main(argv=None):
     for n in SCALE_PRESETS:
         r = scale_round(device, n, **settings)
         device_mb = "" if r["device_mb"] is None else f", device peak {r['device_mb']:7.1f} MB"
-        say(f"    {SCALE_PRESETS[n]:17s} {r['clients']:3d} clients ({r['images']} images), {r['drawn']:2d} drawn: build "
-            f"{r['build_s']:6.2f} s, round {r['train_s']:7.2f} s ({r['trained_images'] / r['train_s']:6.1f} images/s), "
-            f"at most {r['peak_on_device']} client on the device, host {r['host_mb']:6.1f} MB{device_mb}; a model per "
-            f"client (MOON) would add "
+        say(f"    {SCALE_PRESETS[n]:17s} {r['clients']:3d} clients ({r['images']} images), {r['drawn']:2d} drawn: "
+            f"build {r['build_s']:6.2f} s, round {r['train_s']:7.2f} s "
+            f"({r['trained_images'] / r['train_s']:6.1f} images/s), at most {r['peak_on_device']} client "
+            f"on the device, host {r['host_mb']:6.1f} MB{device_mb}; a model per client (MOON) would add "
             f"{r['clients'] * r['model_mb']:7.1f} MB in host memory")
     print(f"\nsaved: {path}")
     return path

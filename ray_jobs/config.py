@@ -75,7 +75,8 @@ class RunConfig:
     spread: bool = False  # Ray: client actors placed with the SPREAD strategy, over as many nodes as possible
     actor_restarts: int = 3  # restarts of one client actor in a run before the run stops (docs/reliability.md)
     checkpoint_every: int = 1  # rounds between the run folder's checkpoints (docs/reliability.md)
-    engine: str = "auto"  # client training: sequential | fused | auto (sequential on CPU and under DP-SGD, fused on CUDA)
+    engine: str = "auto"  # client training: sequential | fused | auto (sequential on CPU and under DP-SGD, fused on
+                          # CUDA)
     precision: str = "32-true"  # 32-true | bf16-mixed (autocast for training and evaluation)
     compile: bool = False  # the fused engine's step through torch.compile (not part of the protocol: same training)
     # CUDA: cuDNN times the algorithms of each convolution shape once and keeps the fastest
@@ -149,7 +150,8 @@ class RunConfig:
         if self.aggregation not in AGGREGATIONS:
             raise ConfigError(f"unknown aggregation {self.aggregation!r}; choose one of: {', '.join(AGGREGATIONS)}.")
         if self.client_init not in CLIENT_INITS:
-            raise ConfigError(f"unknown client initialisation {self.client_init!r}; choose one of: {', '.join(CLIENT_INITS)}.")
+            raise ConfigError(f"unknown client initialisation {self.client_init!r}; choose one of: "
+                              f"{', '.join(CLIENT_INITS)}.")
         if self.dirichlet_alpha is not None:
             if not (self.dirichlet_alpha > 0 and math.isfinite(self.dirichlet_alpha)):
                 raise ConfigError(f"dirichlet-alpha must be a finite number above 0 (got {self.dirichlet_alpha}).")
@@ -162,7 +164,8 @@ class RunConfig:
             raise ConfigError(f"dirichlet-seed {self.dirichlet_seed} seeds the Dirichlet label skew, which this run "
                               "does not use; add --split dirichlet (or --dirichlet-alpha A), or leave it out.")
         if self.client_memory not in CLIENT_MEMORY:
-            raise ConfigError(f"unknown client memory {self.client_memory!r}; choose one of: {', '.join(CLIENT_MEMORY)}.")
+            raise ConfigError(f"unknown client memory {self.client_memory!r}; choose one of: "
+                              f"{', '.join(CLIENT_MEMORY)}.")
         if self.precision not in PRECISIONS:
             raise ConfigError(f"unknown precision {self.precision!r}; choose one of: {', '.join(PRECISIONS)}.")
         if self.preset is not None and self.preset not in PRESETS:
@@ -185,12 +188,14 @@ class RunConfig:
             raise ConfigError(f"seed must be 0 or more (got {self.seed}).")
         for name in ("cpus_per_actor", "gpus_per_actor", "driver_cpus", "driver_gpus"):
             if not (getattr(self, name) >= 0 and math.isfinite(getattr(self, name))):
-                raise ConfigError(f"{name.replace('_', '-')} must be a finite number, 0 or more (got {getattr(self, name)}).")
+                raise ConfigError(f"{name.replace('_', '-')} must be a finite number, 0 or more "
+                                  f"(got {getattr(self, name)}).")
         for name in ("gpus_per_actor", "driver_gpus"):
             g = getattr(self, name)
             if g > 1 and g != int(g):
-                raise ConfigError(f"{name.replace('_', '-')} {g:g}: Ray gives a process a fraction of one GPU (at most 1) "
-                                  f"or whole GPUs; use {math.floor(g)}, {math.ceil(g)} or a fraction below 1.")
+                raise ConfigError(f"{name.replace('_', '-')} {g:g}: Ray gives a process a fraction of one GPU "
+                                  f"(at most 1) or whole GPUs; use {math.floor(g)}, {math.ceil(g)} or a fraction "
+                                  "below 1.")
         if self.device not in DEVICES and not self.device.startswith("cuda:"):
             raise ConfigError(f"unknown device {self.device!r}; choose one of: {', '.join(DEVICES)} (or cuda:N).")
         spec = METHODS[self.method]
@@ -209,7 +214,8 @@ class RunConfig:
     def evaluates(self, round_idx: int) -> bool:
         """Whether the global model (or each client's) is tested after round `round_idx`: every `eval_every`-th
         round (none at 0) and each of the last `eval_last` rounds, which the final (and the last-5) metrics read."""
-        return (self.eval_every > 0 and (round_idx + 1) % self.eval_every == 0) or round_idx >= self.rounds - self.eval_last
+        return ((self.eval_every > 0 and (round_idx + 1) % self.eval_every == 0)
+                or round_idx >= self.rounds - self.eval_last)
 
     def participants(self, round_idx: int, client_ids: list[int]) -> list[int]:
         """The clients that train in round `round_idx` (`benchmark.sampling.participants`)."""
@@ -280,8 +286,8 @@ class RunConfig:
         if self.name:
             return self.name
         dom = "" if not self.dropped_domains else "-no_" + "_".join(self.dropped_domains)
-        skew = "" if self.dirichlet_alpha is None else (f"-dirichlet{self.dirichlet_alpha:g}"
-                                                         + (f"-draw{self.dirichlet_seed}" if self.dirichlet_seed else ""))
+        skew = "" if self.dirichlet_alpha is None else (
+            f"-dirichlet{self.dirichlet_alpha:g}" + (f"-draw{self.dirichlet_seed}" if self.dirichlet_seed else ""))
         part = "" if self.participation == 1 else f"-part{self.participation:g}"
         # each hyperparameter away from the method's default (a grid's point, --hp): -alpha0.125; at the default none,
         # so a grid's default point is the method's plain run

@@ -3,8 +3,8 @@ aggregation, prototype clustering, evaluation of the global model on every domai
 
 Under a rule that averages no weights (FedProto as published, Local) the driver holds no
 global model: only the payload travels. Under a per-client rule (FeSEM) the global state is a dict client id ->
-the state_dict that client starts its next round from (its cluster's centre). Protocols with per-client test sets (FedProto's
-n-way k-shot split) are evaluated in the client groups, each client with the model it ends
+the state_dict that client starts its next round from (its cluster's centre). Protocols with per-client test sets
+(FedProto's n-way k-shot split) are evaluated in the client groups, each client with the model it ends
 the round with; the accuracy is the mean over clients of their accuracies. Without a global
 model on a protocol of domain test sets (FedProto as published in `make table-all`) each client
 tests its own model on its domain's test set in its group; a domain's accuracy is the mean over
@@ -38,7 +38,8 @@ from ray_jobs.executors import LocalExecutor, RayExecutor, assign_groups, ray_no
 
 def client_accuracies(per_client: dict[int, dict]) -> dict[str, dict[str, float]]:
     """Per client (id as a string), the accuracy (percent) of each inference rule from its counts."""
-    return {str(c): {rule: 100.0 * v / r["n"] for rule, v in r.items() if rule != "n"} for c, r in sorted(per_client.items())}
+    return {str(c): {rule: 100.0 * v / r["n"] for rule, v in r.items() if rule != "n"}
+            for c, r in sorted(per_client.items())}
 
 
 def client_mean_accuracy(per_client: dict[int, dict]) -> dict[str, float]:
@@ -51,7 +52,8 @@ def client_mean_accuracy(per_client: dict[int, dict]) -> dict[str, float]:
     return {**acc, "AVG": acc.get("prototype", acc["classifier"])}
 
 
-def domain_mean_accuracy(per_client: dict[int, dict], domain_of: dict[int, str], domains: list[str]) -> dict[str, float]:
+def domain_mean_accuracy(per_client: dict[int, dict], domain_of: dict[int, str],
+                         domains: list[str]) -> dict[str, float]:
     """Clients tested on their domain's test set with their own models: per domain the mean over its clients,
     AVG the mean over domains (unweighted, as for a global model), by the rule `client_mean_accuracy` reports
     (the nearest global prototype when there are global prototypes, FedProto's inference, else the classifier)."""
@@ -79,13 +81,15 @@ class Driver:
         # None: no global model (a rule that averages no weights; each client keeps its own in its group); under a
         # per-client rule every client's entry, at first the one initialisation
         init = {k: v.clone() for k, v in model.state_dict().items()}
-        self.global_state = None if not self.rule.averages_weights else {c["id"]: init for c in clients} if self.rule.per_client else init
+        self.global_state = (None if not self.rule.averages_weights
+                             else {c["id"]: init for c in clients} if self.rule.per_client else init)
         self.model = model.to(self.device)
         self.payload = None  # round 0: no prototypes yet
         self.last_protos = None  # the prototypes the clients uploaded in the last round, when prototypes travel
         self.client_test_sizes = {c["id"]: len(c["test_indices"]) for c in clients if "test_indices" in c}
         # clients with models of their own on a protocol of domain test sets: each on its domain's (in its group)
-        self.domain_of = {} if not self.rule.personal_models or self.client_test_sizes else {c["id"]: c["domain"] for c in clients}
+        self.domain_of = ({} if not self.rule.personal_models or self.client_test_sizes
+                          else {c["id"]: c["domain"] for c in clients})
         self.test_sets, self.domain_test_sizes = {}, {}  # the global model's test sets; their sizes
         for d in ([] if self.client_test_sizes else cfg.domains):
             x, y = domain_test_set(load_domain(Path(data_root), cfg.dataset, d, need_train=False,
@@ -101,8 +105,8 @@ class Driver:
     def start_state(self, r: int, drawn: list[int] | None = None) -> State:
         """The weights the clients started round r from, as the rule averages them (what FedOpt's pseudo-gradient
         and FedDyn's drift step from): the global ones, but in round 0 under `client_init="own"` the mean of the
-        own initialisations of the clients that trained (`drawn`; None: every client), weighted as their trained weights are
-        (`aggregation_weight`)."""
+        own initialisations of the clients that trained (`drawn`; None: every client), weighted as their trained
+        weights are (`aggregation_weight`)."""
         if not self.cfg.starts_apart(r):
             return self.global_state
         acc, total = None, 0.0
@@ -147,7 +151,8 @@ class Driver:
         if not self.client_test_sizes:
             return None
         state = None if self.global_state is None else self.rule.evaluated_state(self.global_state)
-        per = {cid: f for part in self.executor.map("test_features", self.executor.put(state)) for cid, f in part.items()}
+        per = {cid: f for part in self.executor.map("test_features", self.executor.put(state))
+               for cid, f in part.items()}
         ids = sorted(per)
         out = {"z": np.concatenate([per[c][0] for c in ids]), "y": np.concatenate([per[c][1] for c in ids]),
                "client": np.concatenate([np.full(len(per[c][1]), c) for c in ids])}
@@ -186,10 +191,12 @@ class Driver:
         sent_state, sent_payload = self.global_state, self.payload
         state_ref = self.executor.put(sent_state)
         payload_ref = self.executor.put(sent_payload)
-        received = getattr(sent_payload, "num_prototypes", None)  # prototype vectors each client gets (FedPLVM's Table 4)
+        # prototype vectors each client gets (FedPLVM's Table 4)
+        received = getattr(sent_payload, "num_prototypes", None)
         # the round's participants (`--participation`; every client at 1): only they train, upload and count
         drawn = self.cfg.participants(r, [c["id"] for c in self.clients])
-        results = self.executor.map("train", state_ref, payload_ref, r, None if len(drawn) == len(self.clients) else drawn)
+        results = self.executor.map("train", state_ref, payload_ref, r,
+                                    None if len(drawn) == len(self.clients) else drawn)
         t1 = time.perf_counter()
 
         if self.rule.per_client:  # a client not drawn keeps its entry (`aggregate_clients` returns none for it)
@@ -198,7 +205,8 @@ class Driver:
                 {cid: w for res in results for cid, w in res["client_weights"].items()}, r)}
         elif self.rule.averages_weights:
             mean64 = weighted_mean([res["sum"] for res in results], [res["weight"] for res in results])
-            self.global_state = self.rule.aggregate(self.start_state(r, drawn), mean64, r, len(drawn) / len(self.clients))
+            self.global_state = self.rule.aggregate(self.start_state(r, drawn), mean64, r,
+                                                    len(drawn) / len(self.clients))
         t2 = time.perf_counter()
 
         protos = {cid: p for res in results for cid, p in res["protos"].items()}
@@ -225,7 +233,8 @@ class Driver:
         notes, self.executor.notes[:] = list(self.executor.notes), []
         sent_weights = {cid: n for res in results for cid, n in res["sent_weights"].items()}
         comm = {str(c): communication.client_round(
-            sent_weights[c], protos[c] if self.payload is not None else None,  # prototypes travel when the rule uses them
+            # prototypes travel when the rule uses them
+            sent_weights[c], protos[c] if self.payload is not None else None,
             self.received_weights(sent_state, c, r), sent_payload) for c in sorted(sent_weights)}
         return {
             "notes": notes,  # printed by the entry point, not recorded in metrics.jsonl

@@ -151,9 +151,9 @@ class RayExecutor(Executor):
                 f"client actor {i} (clients {self.members[i]}) died {self.failures[i]} times in this run, more than "
                 f"--actor-restarts {self.limit} allows ({reason}); the run stopped without dropping its clients. "
                 "Check the node's memory and logs, or raise --actor-restarts.") from None
-        self.notes.append(f"client actor {i} (clients {self.members[i]}) died ({reason}); Ray restarted it, its clients "
-                          f"are rebuilt from their data and their states as of the round's start and the call {name} "
-                          f"is repeated ({self.failures[i]} of {self.limit} restarts used)")
+        self.notes.append(f"client actor {i} (clients {self.members[i]}) died ({reason}); Ray restarted it, its "
+                          "clients are rebuilt from their data and their states as of the round's start and the call "
+                          f"{name} is repeated ({self.failures[i]} of {self.limit} restarts used)")
 
     def resubmit(self, i: int, name: str, args: tuple):
         """Actor i's clients' states as of the round's start, then the call again (one caller: in that order)."""

@@ -46,7 +46,8 @@ def table_figures(table: str, run_dirs, out_dir: Path, title: str = "") -> dict:
         return {"grid": grid, "files": [out_dir / f"grid.{f}" for f in FORMATS]}
     curves = plot_curves(run_dirs, out_dir / "curves", f"{title}: accuracy over rounds (mean over seeds, band: ± std)")
     bars = plot_bars(run_dirs, spec.paper, out_dir / "bars",
-                     f"{title}: {METRICS[spec.metric]}, ours (solid, ± std) beside the paper (hatched)", metric=spec.metric)
+                     f"{title}: {METRICS[spec.metric]}, ours (solid, ± std) beside the paper (hatched)",
+                     metric=spec.metric)
     files = [out_dir / f"{n}.{f}" for n in ("curves", "bars") for f in FORMATS]
     out = {"curves": curves, "bars": bars}
     counted = [d for d in run_dirs if spec.prototype_count_figure
@@ -73,9 +74,9 @@ def regenerate(results_dirs) -> list[Path]:
             head = md.read_text().splitlines()[0].lstrip("# ")
             smoke = "smoke profile" in head
             if not run_dirs or missing:
-                print(f"skipped {md}: {len(missing)} of {len(run_dirs)} run folders missing or incomplete "
-                      f"under {results_dir / 'runs'} (run `make {make_target(table)}{' PROFILE=smoke' if smoke else ''}` "
-                      "to make them)")
+                print(f"skipped {md}: {len(missing)} of {len(run_dirs)} run folders missing or incomplete under "
+                      f"{results_dir / 'runs'} (run `make {make_target(table)}{' PROFILE=smoke' if smoke else ''}` to "
+                      "make them)")
                 continue
             title = f"{TABLES[table].title}, {'smoke' if smoke else 'full'} profile"  # as the report titles them
             written += table_figures(table, run_dirs, results_dir / "figures" / md.stem, title)["files"]
@@ -92,7 +93,8 @@ def build_parser() -> OneLineParser:
     t = sub.add_parser("tsne", help="t-SNE of finished runs' test features, side by side")
     t.add_argument("run_dirs", nargs="+", type=Path, metavar="RUN_DIR")
     t.add_argument("--out", type=Path, default=None,
-                   help="PNG path (an SVG is written beside it); default RUN_DIR/tsne.png, or tsne-A-vs-B.png beside the runs")
+                   help="PNG path (an SVG is written beside it); default RUN_DIR/tsne.png, or tsne-A-vs-B.png beside "
+                        "the runs")
     t.add_argument("--per-domain", type=int, default=300, help="test images per domain (of those the run evaluated)")
     t.add_argument("--data-root", default=None, help="default: the run's data root, else the usual lookup")
     a = sub.add_parser("all", help="redraw every figure from existing run folders (make figures)")

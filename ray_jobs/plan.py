@@ -102,4 +102,5 @@ def check_data(runs: list[RunConfig], table: str) -> None:
             check_domains_present(Path(root), ds, list(doms))
         except DataError as e:
             raise DataError(f"{e} The sweep started no run. To go on without a domain, name the ones to use, "
-                            f"for example DOMAINS={','.join(d for d in doms if d != 'svhn')} make {make_target(table)}.") from None
+                            f"for example DOMAINS={','.join(d for d in doms if d != 'svhn')} "
+                            f"make {make_target(table)}.") from None

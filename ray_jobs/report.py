@@ -2,7 +2,8 @@
 
 Per method and domain our mean ± std over seeds of the table's metric, the paper's value and the difference, the AVG,
 the change against FedAvg beside the paper's, the rank order, rows not run, and for each cell more than 2 points from
-the paper what we know of why (`gap_note`). FedProto's Tables 1 and 2 have their own report (`ray_jobs.report_fedproto`).
+the paper what we know of why (`gap_note`). FedProto's Tables 1 and 2 have their own report
+(`ray_jobs.report_fedproto`).
 """
 from __future__ import annotations
 
@@ -45,9 +46,9 @@ def gap_note(table: str, dataset: str, method: str, domain: str, diff: float, st
     gap is within two of its standard deviations, fewer seeds than planned, a test set so small that one image moves
     the accuracy by a point or more; or that we do not know."""
     side = "below" if diff < 0 else "above"
-    found = [n for key in ((table, dataset, method, domain), (table, dataset, "*", domain), (table, dataset, method, "*"),
-                           (table, dataset, "*", "*"), ("*", dataset, method, domain), ("*", dataset, "*", domain),
-                           ("*", dataset, method, "*"), ("*", dataset, "*", "*"))
+    found = [n for key in ((table, dataset, method, domain), (table, dataset, "*", domain),
+                           (table, dataset, method, "*"), (table, dataset, "*", "*"), ("*", dataset, method, domain),
+                           ("*", dataset, "*", domain), ("*", dataset, method, "*"), ("*", dataset, "*", "*"))
              for n in [GAP_NOTES.get(key)] if n and n.side in ("any", side)]
     notes = [n.text for n in found if n.whole] or [n.text for n in found]
     if seeds > 1 and abs(diff) <= 2 * std:
@@ -141,8 +142,8 @@ def report(table: str, profile: str, runs: list[RunConfig], results_dir: Path) -
         setting = setting_line(c0, kept, [c for c in runs if c.dataset == ds])
         sub = agg[agg.dataset == ds].set_index(["method", "domain"])
         avg_label = "AVG" if len(kept) == len(doms) else f"AVG of {len(kept)}"
-        header = ["method", *doms, avg_label, "Δ FedAvg (paper)", "rank (paper)", *(["up MB", "down MB"] if comm else []),
-                  "flag"]
+        header = ["method", *doms, avg_label, "Δ FedAvg (paper)", "rank (paper)",
+                  *(["up MB", "down MB"] if comm else []), "flag"]
         body = []
         # the paper's AVG when every domain ran, else the mean of its values on the domains that ran
         refs = {m: paper.reference(ref, m, ds, kept, doms) for m in [*methods, *not_run, *spec.not_implemented]}
@@ -153,7 +154,8 @@ def report(table: str, profile: str, runs: list[RunConfig], results_dir: Path) -
         flagged = []  # (method, domain, ours - paper, seeds) of the cells more than FLAG_POINTS from the paper
         for m in methods:
             n_seeds = int(sub.loc[(m, "AVG"), "seeds"])
-            cells, flag = [m if n_seeds == len(spec.seeds_for(profile)) else f"{m} ({n_seeds} seed{'s' * (n_seeds > 1)})"], False
+            cells, flag = [m if n_seeds == len(spec.seeds_for(profile))
+                           else f"{m} ({n_seeds} seed{'s' * (n_seeds > 1)})"], False
             for d in doms + ["AVG"]:
                 if d in dropped.get(ds, []):
                     cells.append("not run")
@@ -172,10 +174,11 @@ def report(table: str, profile: str, runs: list[RunConfig], results_dir: Path) -
                                  "seeds": int(sub.loc[(m, d), "seeds"]), "paper": pv,
                                  "diff": None if diff is None else round(float(diff), 4),
                                  "flag": diff is not None and abs(diff) > FLAG_POINTS,
-                                 **({"up_bytes": sub.loc[(m, d), "up_bytes"], "down_bytes": sub.loc[(m, d), "down_bytes"]}
-                                    if comm else {})})
+                                 **({"up_bytes": sub.loc[(m, d), "up_bytes"],
+                                     "down_bytes": sub.loc[(m, d), "down_bytes"]} if comm else {})})
             if "fedavg" in our_avg:
-                pd_ = f"{paper_avg[m] - paper_avg['fedavg']:+.2f}" if m in paper_avg and "fedavg" in paper_avg else "–"
+                pd_ = (f"{paper_avg[m] - paper_avg['fedavg']:+.2f}" if m in paper_avg and "fedavg" in paper_avg
+                       else "–")
                 cells.append(f"{our_avg[m] - our_avg['fedavg']:+.2f} ({pd_})")
             else:
                 cells.append("–")
@@ -187,17 +190,20 @@ def report(table: str, profile: str, runs: list[RunConfig], results_dir: Path) -
         for label, ms in (("not run", not_run), ("not implemented", spec.not_implemented)):  # the paper's row only
             for m in ms:
                 pv = refs[m] or {}
-                body.append([f"{m} ({label})", *("not run" if d not in kept else f"– ({pv[d]:.2f})" if d in pv else "–"
-                                                 for d in doms),
-                             f"– ({pv['AVG']:.2f})" if "AVG" in pv else "–", "–", "–", *(["–", "–"] if comm else []), ""])
-        lines += [f"## {ds}" + (f" (without {', '.join(dropped[ds])}; compared on the remaining domains)" if ds in dropped else ""), "",
+                body.append([f"{m} ({label})", *("not run" if d not in kept else f"– ({pv[d]:.2f})" if d in pv
+                                                 else "–" for d in doms),
+                             f"– ({pv['AVG']:.2f})" if "AVG" in pv else "–", "–", "–",
+                             *(["–", "–"] if comm else []), ""])
+        lines += [f"## {ds}" + (f" (without {', '.join(dropped[ds])}; compared on the remaining domains)"
+                                if ds in dropped else ""), "",
                   setting, "", "| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
         lines += ["| " + " | ".join(str(c) for c in row) + " |" for row in body]
         if not_run:
             lines += ["", f"Not run yet: {', '.join(not_run)} ({not_run_why(table, ds)})."]
         if flagged:
             lines += ["", f"Cells more than {FLAG_POINTS:g} points from the paper, and what we know of why:", ""]
-            sizes = json.loads((Path(next(c for c in runs if c.dataset == ds).out) / "config.json").read_text())["test_sizes"]
+            sizes = json.loads((Path(next(c for c in runs if c.dataset == ds).out)
+                                / "config.json").read_text())["test_sizes"]
             lines += [f"- {m}, {d} ({diff:+.2f}): "
                       + gap_note(table, ds, m, d, diff, std, n_seeds, len(spec.seeds_for(profile)), sizes.get(d))
                       for m, d, diff, std, n_seeds in flagged]
@@ -207,7 +213,8 @@ def report(table: str, profile: str, runs: list[RunConfig], results_dir: Path) -
                 f"{m} {v:.2f}" for m, v in only_avg.items()) + "); not compared with an AVG over fewer domains."]
         if spec.prototypes_received:
             lines += ["", "Prototypes each client receives per round (mean over the rounds that send them and over "
-                      "seeds; the paper's Table 4 beside it):", "", "| method | prototypes received | paper |", "|---|---|---|"]
+                      "seeds; the paper's Table 4 beside it):", "", "| method | prototypes received | paper |",
+                      "|---|---|---|"]
             for m in methods:
                 got = [prototypes_received(Path(c.out)) for c in runs if c.dataset == ds and c.method == m]
                 pv = paper.FEDPLVM_TABLE4_PROTOTYPES.get(m)
@@ -222,9 +229,11 @@ def report(table: str, profile: str, runs: list[RunConfig], results_dir: Path) -
     fig_dir = results_dir / "figures" / name
     figs = table_figures(table, [Path(c.out) for c in runs], fig_dir, f"{spec.title}, {profile} profile")
     rel = f"figures/{name}"
-    lines += [f"Figures: accuracy over rounds per method, mean over seeds with a ± std band ([SVG]({rel}/curves.svg)); "
-              f"per-domain accuracy ({METRICS[spec.metric]}) beside the paper's ([SVG]({rel}/bars.svg)).", "",
-              f"![accuracy over rounds]({rel}/curves.png)", "", f"![per-domain accuracy beside the paper]({rel}/bars.png)", ""]
+    lines += [f"Figures: accuracy over rounds per method, mean over seeds with a ± std band "
+              f"([SVG]({rel}/curves.svg)); per-domain accuracy ({METRICS[spec.metric]}) beside the paper's "
+              f"([SVG]({rel}/bars.svg)).", "",
+              f"![accuracy over rounds]({rel}/curves.png)", "",
+              f"![per-domain accuracy beside the paper]({rel}/bars.png)", ""]
     if "local_prototypes" in figs:
         lines += [f"Figure 9 of FedPLVM: {spec.prototype_count_figure}'s local clustered prototypes per class over "
                   f"rounds, per domain ([SVG]({rel}/local_prototypes.svg)).", "",
@@ -234,7 +243,8 @@ def report(table: str, profile: str, runs: list[RunConfig], results_dir: Path) -
     return df
 
 
-def write_report(results_dir: Path, name: str, lines: list[str], csv_rows: list[dict], runs: list[RunConfig]) -> pd.DataFrame:
+def write_report(results_dir: Path, name: str, lines: list[str], csv_rows: list[dict],
+                 runs: list[RunConfig]) -> pd.DataFrame:
     """results_dir/<name>.md (`lines`, then the runs, the code's commits and the hardware) and <name>.csv
     (`csv_rows`); returns the csv's frame."""
     lines = [*lines, runs_line(runs), ""]

@@ -8,9 +8,9 @@ eight rows, Local, FeSEM, FedProx, FedPer, FedAvg, FedRep, FedProto and FedProto
 rows), the same split and model for all; and Figure 3's, FedProto and FedAvg at n = 3 with k training samples per
 class (presets `fedproto-mnist-n3-k<k>`; k = 100 is Table 1's n = 3). The report: per method, stdev and n, mean ±
 std over seeds of the final round's mean client accuracy, beside the paper's value (whose ± is the std over
-clients; ours over clients is in its own column). FedProto's headline is its prototype inference; its classifier's argmax has a row of
-its own. Parameters per round are what the clients upload, counted from the tensors that travel (the run's
-`communication`): a model per client for FedAvg, FedProx and FeSEM, the body for FedPer and FedRep, a 50-d
+clients; ours over clients is in its own column). FedProto's headline is its prototype inference; its classifier's
+argmax has a row of its own. Parameters per round are what the clients upload, counted from the tensors that travel
+(the run's `communication`): a model per client for FedAvg, FedProx and FeSEM, the body for FedPer and FedRep, a 50-d
 prototype per class held for FedProto, 0 for Local; the paper's column beside them. Figure 3: the final mean
 client accuracy against k, a table and its plot (the paper gives a plot only). Figure 2: t-SNE maps of the n = 3
 runs of FedProto, FedAvg, FeSEM and FedPer, from the test features each run saved at its end (`features.npz`).
@@ -88,7 +88,8 @@ def figure3_lines(agg: pd.DataFrame, shots: list[int], drawn: bool) -> list[str]
     for k in shots:
         cells = [str(k)]
         for m in paper.FEDPROTO_FIGURE3:
-            hit = agg[(agg.method == m) & (agg.rule == headline_rule(m)) & (agg.ways == 3) & (agg.stdev == 2) & (agg.shots == k)]
+            hit = agg[(agg.method == m) & (agg.rule == headline_rule(m)) & (agg.ways == 3) & (agg.stdev == 2)
+                      & (agg.shots == k)]
             if hit.empty:
                 cells.append("not run")
                 continue
@@ -171,7 +172,8 @@ def report(profile: str, runs: list[RunConfig], results_dir: Path) -> tuple[pd.D
     lines.append("")
     if far:
         lines += ["Cells further from the paper than its ±, and what we know of why:", "",
-                  *(f"- {row}: {'; '.join(cells)}. {why[0].upper()}{why[1:]}." for row, (cells, why) in far.items()), ""]
+                  *(f"- {row}: {'; '.join(cells)}. {why[0].upper()}{why[1:]}."
+                    for row, (cells, why) in far.items()), ""]
     figs = table_figures("fedproto", [Path(c.out) for c in runs], results_dir / "figures" / "tablefedproto",
                          f"{TABLES['fedproto'].title}, {profile} profile")
     splits = sorted({c.split for c in runs if c.ways_shots == SHOTS}, key=lambda sp: (len(sp), sp))

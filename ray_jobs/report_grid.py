@@ -57,8 +57,8 @@ def report(table: str, profile: str, runs: list[RunConfig], results_dir: Path) -
              f"Grid: {hparam} in {', '.join(f'{v:g}' for v in values)} (our choice, docs/deviations.md 38: the paper "
              f"shows this figure as a plot only, no numbers to compare); the default, "
              + ", ".join(f"{m} {v:g}" for m, v in defaults.items())
-             + ", is the method's plain run, the one of Tables 1 and 2 (`fedplvm12`). Accuracy (%) of the global model, "
-             f"{METRICS[spec.metric]}; mean ± std over seeds {list(spec.seeds_for(profile))}"
+             + ", is the method's plain run, the one of Tables 1 and 2 (`fedplvm12`). Accuracy (%) of the global "
+             f"model, {METRICS[spec.metric]}; mean ± std over seeds {list(spec.seeds_for(profile))}"
              + ("" if len(runs) == len(every) else ", (n seeds) where fewer ran") + ".", ""]
     csv_rows = []
     for ds in dict.fromkeys(c.dataset for c in every):

@@ -44,10 +44,10 @@ END = "<!-- results: end -->"
 OFFLINE_DIGITS = ["mnist", "usps", "syn", "mnistm"]
 PUBLISHED: list[tuple[str, list[str] | None]] = [
     ("2", OFFLINE_DIGITS), ("1", OFFLINE_DIGITS), ("fedapc", OFFLINE_DIGITS), ("fedplvm12", OFFLINE_DIGITS),
-    ("fedplvm3", OFFLINE_DIGITS), ("fedplvm4", OFFLINE_DIGITS), ("fedplvm5", OFFLINE_DIGITS), ("fedplvm78", OFFLINE_DIGITS),
-    ("fedplvm9", OFFLINE_DIGITS), ("fedplvm10", OFFLINE_DIGITS), ("fedplvm11", OFFLINE_DIGITS),
-    ("fedplvm_t12", OFFLINE_DIGITS), ("fedplvm_fig4a", OFFLINE_DIGITS), ("fedplvm_fig4b", OFFLINE_DIGITS),
-    ("fedplvm_fig5", OFFLINE_DIGITS), ("fedproto", None),
+    ("fedplvm3", OFFLINE_DIGITS), ("fedplvm4", OFFLINE_DIGITS), ("fedplvm5", OFFLINE_DIGITS),
+    ("fedplvm78", OFFLINE_DIGITS), ("fedplvm9", OFFLINE_DIGITS), ("fedplvm10", OFFLINE_DIGITS),
+    ("fedplvm11", OFFLINE_DIGITS), ("fedplvm_t12", OFFLINE_DIGITS), ("fedplvm_fig4a", OFFLINE_DIGITS),
+    ("fedplvm_fig4b", OFFLINE_DIGITS), ("fedplvm_fig5", OFFLINE_DIGITS), ("fedproto", None),
 ]
 MISSING_DATA = {"svhn": "SVHN: only 1,083 of its training images and no test set are available offline",
                 "domainnet": "DomainNet is not available offline"}
@@ -130,13 +130,15 @@ def domain_table(table: str, runs_planned, domains: list[str] | None) -> list[st
         for m in methods:
             ref = paper.reference(spec.paper, m, ds, kept, doms) or {}
             if m not in done:
-                out.append(f"| {m} | not run | " + " | ".join(f"– ({ref[d]:.2f})" if d in ref else "–" for d in kept)
+                out.append(f"| {m} | not run | "
+                           + " | ".join(f"– ({ref[d]:.2f})" if d in ref else "–" for d in kept)
                            + (f" | – ({ref['AVG']:.2f}) | – |" if "AVG" in ref else " | – | – |"))
                 continue
             cells = []
             for d in kept + ["AVG"]:
                 o, s = sub.loc[(m, d), "ours"], sub.loc[(m, d), "std"]
-                cells.append(f"{o:.2f}" + ("" if np.isnan(s) else f" ± {s:.2f}") + (f" ({ref[d]:.2f})" if d in ref else ""))
+                cells.append(f"{o:.2f}" + ("" if np.isnan(s) else f" ± {s:.2f}")
+                             + (f" ({ref[d]:.2f})" if d in ref else ""))
             ours_avg[m] = float(sub.loc[(m, "AVG"), "ours"])
             if "AVG" in ref:
                 paper_avg[m] = ref["AVG"]

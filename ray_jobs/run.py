@@ -79,10 +79,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--momentum", type=float, default=None, help=f"default {d['momentum'].default}")
     p.add_argument("--seed", type=int, default=d["seed"].default)
     p.add_argument("--aggregation", default=None,
-                   help="how the clients' weights are averaged: samples (by sample count, FPL's) or uniform (FedPLVM's)")
+                   help="how the clients' weights are averaged: samples (by sample count, FPL's) or uniform "
+                        "(FedPLVM's)")
     p.add_argument("--client-init", default=None,
                    help="round 0's start: shared (one initialisation, FPL's) or own (one per client, FedPLVM's)")
-    p.add_argument("--hp", action="append", default=[], metavar="NAME=VALUE", help="method hyperparameter, e.g. tau=0.02")
+    p.add_argument("--hp", action="append", default=[], metavar="NAME=VALUE",
+                   help="method hyperparameter, e.g. tau=0.02")
     p.add_argument("--client-fraction", type=float, default=1.0, help="scales every client's sample count")
     p.add_argument("--participation", type=float, default=None,
                    help="the share F of the clients that train in each round: max(1, round(F x N)) drawn from (seed, "
@@ -117,8 +119,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--precision", default=d["precision"].default,
                    help="32-true (float32, as the references) or bf16-mixed (bfloat16 autocast, Lightning's plugin)")
     p.add_argument("--data-root", default=None, help="default: $BENCH_DATA_ROOT, ./data, ../shared/data")
-    p.add_argument("--out", default=None, help=f"run folder (default {DEFAULT_OUT}/<run-name>; one holding a finished run is never replaced)")
-    p.add_argument("--name", default=None, help="run name (default method-dataset-split-seed; each --hp away from the method's default before -seed, '-alpha0.5')")
+    p.add_argument("--out", default=None,
+                   help=f"run folder (default {DEFAULT_OUT}/<run-name>; one holding a finished run is never replaced)")
+    p.add_argument("--name", default=None,
+                   help="run name (default method-dataset-split-seed; each --hp away from the method's default before "
+                        "-seed, '-alpha0.5')")
     p.add_argument("--wandb-project", default=d["wandb_project"].default)
     p.add_argument("--wandb-group", default=None)
     p.add_argument("--quiet", action="store_true", help="no progress bar or per-round lines")
@@ -138,9 +143,9 @@ DIRICHLET, DIRICHLET_ALPHA = "dirichlet", 0.5  # --split dirichlet: FedPLVM's la
 def config_from_args(args) -> RunConfig:
     """The preset's protocol (FPL's defaults without one), with every flag given on the command line over it."""
     split = None if args.split == DIRICHLET else args.split  # --split dirichlet: the preset's clients, skewed
-    given = {k: v for k, v in dict(dataset=args.dataset, split=split, rounds=args.rounds, local_epochs=args.local_epochs,
-                                   batch_size=args.batch_size, lr=args.lr, momentum=args.momentum,
-                                   aggregation=args.aggregation, client_init=args.client_init,
+    given = {k: v for k, v in dict(dataset=args.dataset, split=split, rounds=args.rounds,
+                                   local_epochs=args.local_epochs, batch_size=args.batch_size, lr=args.lr,
+                                   momentum=args.momentum, aggregation=args.aggregation, client_init=args.client_init,
                                    participation=args.participation).items() if v is not None}
     if args.split == DIRICHLET or args.dirichlet_alpha is not None:
         given["dirichlet_alpha"] = DIRICHLET_ALPHA if args.dirichlet_alpha is None else args.dirichlet_alpha
@@ -149,9 +154,10 @@ def config_from_args(args) -> RunConfig:
         **given, method=args.method,
         domains=args.domains.split(",") if args.domains else None,
         seed=args.seed, dirichlet_seed=args.dirichlet_seed, hparams=parse_hp(args.hp),
-        client_fraction=args.client_fraction, eval_max=args.eval_max, eval_every=args.eval_every, executor=args.executor,
-        num_actors=args.num_actors, spread=args.spread, cpus_per_actor=args.cpus_per_actor,
-        gpus_per_actor=args.gpus_per_actor, driver_cpus=args.driver_cpus, driver_gpus=args.driver_gpus, device=args.device, actor_restarts=args.actor_restarts,
+        client_fraction=args.client_fraction, eval_max=args.eval_max, eval_every=args.eval_every,
+        executor=args.executor, num_actors=args.num_actors, spread=args.spread, cpus_per_actor=args.cpus_per_actor,
+        gpus_per_actor=args.gpus_per_actor, driver_cpus=args.driver_cpus, driver_gpus=args.driver_gpus,
+        device=args.device, actor_restarts=args.actor_restarts,
         checkpoint_every=args.checkpoint_every, engine=args.engine, precision=args.precision, compile=args.compile,
         cudnn_benchmark=args.cudnn_benchmark,
         client_memory=args.client_memory, data_root=args.data_root, out=args.out, name=args.name,
@@ -166,7 +172,8 @@ def check_ray_address(address: str | None) -> None:
     url = urlparse(address if "://" in address else f"tcp://{address}")
     host, port = url.hostname, url.port
     if not host or not port:
-        raise RunError(f"RAY_ADDRESS={address!r} is not host:port; set it to the head's GCS address (e.g. 10.0.0.1:6379) or unset it.")
+        raise RunError(f"RAY_ADDRESS={address!r} is not host:port; set it to the head's GCS address "
+                       "(e.g. 10.0.0.1:6379) or unset it.")
     try:
         socket.create_connection((host, port), timeout=5).close()
     except OSError as e:
@@ -188,13 +195,13 @@ def check_device(cfg: RunConfig) -> None:
             raise ConfigError(f"--device {cfg.device} but this machine has no CUDA GPU (torch.cuda.is_available() is "
                               "False); use --device cpu or --device auto.")
     elif cfg.device != "cuda":
-        raise ConfigError(f"--device {cfg.device} picks a GPU of this machine, but under Ray each process sees only the "
-                          "GPUs Ray reserved for it, numbered from cuda:0; use --device cuda with --driver-gpus and "
-                          "--gpus-per-actor (Ray picks the GPUs), or --executor local.")
+        raise ConfigError(f"--device {cfg.device} picks a GPU of this machine, but under Ray each process sees only "
+                          "the GPUs Ray reserved for it, numbered from cuda:0; use --device cuda with --driver-gpus "
+                          "and --gpus-per-actor (Ray picks the GPUs), or --executor local.")
     elif cfg.driver_gpus <= 0 or cfg.gpus_per_actor <= 0:
-        raise ConfigError(f"--device {cfg.device} with the Ray executor needs a GPU share for the driver and every actor "
-                          f"(got --driver-gpus {cfg.driver_gpus:g}, --gpus-per-actor {cfg.gpus_per_actor:g}); give both "
-                          "(fractions share a GPU) or use --device auto.")
+        raise ConfigError(f"--device {cfg.device} with the Ray executor needs a GPU share for the driver and every "
+                          f"actor (got --driver-gpus {cfg.driver_gpus:g}, --gpus-per-actor {cfg.gpus_per_actor:g}); "
+                          "give both (fractions share a GPU) or use --device auto.")
 
 
 def gpus_needed(shares: list[float]) -> int:
@@ -244,16 +251,17 @@ def init_ray(cfg: RunConfig):
                     raise
                 raise RunError(
                     f"the Ray cluster at {address} needs its token and this driver has none or a wrong one; set "
-                    "RAY_AUTH_MODE=token and give the cluster's token with RAY_AUTH_TOKEN_PATH=<file> (or RAY_AUTH_TOKEN)."
+                    "RAY_AUTH_MODE=token and give the cluster's token with RAY_AUTH_TOKEN_PATH=<file> (or "
+                    "RAY_AUTH_TOKEN)."
                 ) from None
         else:  # a local instance: logical CPUs enough for the driver and every actor
             ray.init(num_cpus=max(os.cpu_count() or 1, math.ceil(need_cpu)), logging_level="WARNING")
     have = ray.cluster_resources()
     if need_cpu > have.get("CPU", 0) or need_gpu > have.get("GPU", 0):
         raise RunError(
-            f"the run asks for {need_cpu:g} CPUs and {need_gpu:g} GPUs (driver plus {cfg.num_actors} actors; a GPU holds "
-            f"fractions up to 1) but the Ray cluster has {have.get('CPU', 0):g} CPUs and {have.get('GPU', 0):g} GPUs; lower "
-            "--num-actors, --cpus-per-actor or --gpus-per-actor (fractions share a GPU)."
+            f"the run asks for {need_cpu:g} CPUs and {need_gpu:g} GPUs (driver plus {cfg.num_actors} actors; a GPU "
+            f"holds fractions up to 1) but the Ray cluster has {have.get('CPU', 0):g} CPUs and {have.get('GPU', 0):g} "
+            "GPUs; lower --num-actors, --cpus-per-actor or --gpus-per-actor (fractions share a GPU)."
         )
     note = unused_gpus_note(cfg, have)
     if note and note not in _NOTES_SAID:
@@ -290,8 +298,9 @@ def run(cfg: RunConfig, quiet: bool = False, resume: bool = False,
     clients = plan_run_clients(cfg, root)
     short = [c for c in clients if cfg.drop_last and c["num_samples"] < cfg.batch_size]
     if short:
-        raise ConfigError(f"client {short[0]['id']} ({short[0]['domain']}) has {short[0]['num_samples']} samples, no full "
-                          f"batch of {cfg.batch_size} with drop_last; use a smaller --batch-size or a larger --client-fraction.")
+        raise ConfigError(f"client {short[0]['id']} ({short[0]['domain']}) has {short[0]['num_samples']} samples, no "
+                          f"full batch of {cfg.batch_size} with drop_last; use a smaller --batch-size or a larger "
+                          "--client-fraction.")
     out = run_folder(cfg)
     ckpt_dir = out / checkpoint.DIR
     start = None
@@ -305,12 +314,14 @@ def run(cfg: RunConfig, quiet: bool = False, resume: bool = False,
     first = 0 if start is None else start["round"] + 1
     record_cfg = {**cfg.to_dict(), "run_name": cfg.run_name, "dropped_domains": cfg.dropped_domains,
                   "model_options": model_options(cfg.hparams),
-                  "data_root": str(root), "out": str(out), "resumed_after_round": None if start is None else start["round"]}
+                  "data_root": str(root), "out": str(out),
+                  "resumed_after_round": None if start is None else start["round"]}
     from ray_jobs.driver import Driver
 
     if cfg.executor == "ray":
         ray = init_ray(cfg)
-        driver = ray.remote(Driver).options(num_cpus=cfg.driver_cpus, num_gpus=cfg.driver_gpus).remote(cfg, clients, str(root))
+        driver = ray.remote(Driver).options(num_cpus=cfg.driver_cpus,
+                                            num_gpus=cfg.driver_gpus).remote(cfg, clients, str(root))
         call = lambda name, *a: ray.get(getattr(driver, name).remote(*a))  # noqa: E731
     else:
         driver = Driver(cfg, clients, str(root))
@@ -325,7 +336,8 @@ def run(cfg: RunConfig, quiet: bool = False, resume: bool = False,
             call("restore", start["driver"])
         else:
             shutil.rmtree(ckpt_dir, ignore_errors=True)
-        recorder = Recorder(out, record_cfg, public_clients, call("test_sizes"), [] if start is None else start["metrics"])
+        recorder = Recorder(out, record_cfg, public_clients, call("test_sizes"),
+                            [] if start is None else start["metrics"])
         if cfg.dropped_domains:
             print(f"note: domains left out of this run: {', '.join(cfg.dropped_domains)} (their clients are dropped)")
         progress = None if quiet else RunProgress(cfg.run_name, cfg.rounds, first=first)
@@ -381,7 +393,8 @@ def run(cfg: RunConfig, quiet: bool = False, resume: bool = False,
 
 def format_table(summary: dict) -> str:
     df = pd.DataFrame({"final": summary["final"], **({"last5": summary["last5"]} if summary["last5"] else {})}).T
-    title = f"{summary['method']} on {summary['dataset']} ({summary['split']} split, seed {summary['seed']}, {summary['rounds']} rounds)"
+    title = (f"{summary['method']} on {summary['dataset']} ({summary['split']} split, seed {summary['seed']}, "
+             f"{summary['rounds']} rounds)")
     if summary.get("dropped_domains"):
         title += f"; without {', '.join(summary['dropped_domains'])}"
     return f"{title}\n{df.to_string(float_format=lambda v: f'{v:6.2f}')}"

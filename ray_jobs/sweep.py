@@ -88,8 +88,8 @@ def local_concurrency(c: RunConfig, asked: int | None, runs: int) -> tuple[int, 
     if asked:
         why = f"--parallel {asked}"
     elif c.device != "cpu" and torch.cuda.is_available():
-        asked, why = GPU_PARALLEL, (f"default on a GPU: {GPU_PARALLEL} runs at once gave about 3x the throughput of one "
-                                    "on an H100; --parallel N to change")
+        asked, why = GPU_PARALLEL, (f"default on a GPU: {GPU_PARALLEL} runs at once gave about 3x the throughput of "
+                                    "one on an H100; --parallel N to change")
     else:
         asked, why = 1, "default without a GPU; --parallel N to change"
         cpus = os.cpu_count() or 1
@@ -97,7 +97,8 @@ def local_concurrency(c: RunConfig, asked: int | None, runs: int) -> tuple[int, 
         if fit > 1:  # an in-process run trains on its actors' threads (1 by default) and leaves the others idle
             why += f"; --parallel {fit} would run {fit} at once on this machine's {cpus} CPU threads, same numbers"
     if asked > 1:
-        why += f"; worker processes of at most {worker_threads(asked)} CPU thread(s) each, output in <run folder>/run.log"
+        why += (f"; worker processes of at most {worker_threads(asked)} CPU thread(s) each, output in "
+                "<run folder>/run.log")
     return asked, why
 
 
@@ -311,7 +312,8 @@ def main(argv: list[str] | None = None) -> int:
     ap = OneLineParser(prog="python -m ray_jobs.sweep", description=__doc__,
                        formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--table", required=True, choices=sorted([*TABLES, *GROUPS]),
-                    help="a table, or a group of tables swept together: " + "; ".join(f"{g} = {', '.join(t)}" for g, t in GROUPS.items()))
+                    help="a table, or a group of tables swept together: "
+                         + "; ".join(f"{g} = {', '.join(t)}" for g, t in GROUPS.items()))
     ap.add_argument("--profile", default="full", choices=sorted(PROFILES))
     ap.add_argument("--domains", default=None, help="comma-separated domains to use (others are left out)")
     ap.add_argument("--methods", default=None, help="comma-separated: run only these of the table's methods "
@@ -336,11 +338,12 @@ def main(argv: list[str] | None = None) -> int:
                     help="local: no Ray (not imported); one run in this process, or --parallel N worker processes")
     ap.add_argument("--engine", default="auto", help="client training engine of every run: auto, sequential or fused")
     ap.add_argument("--precision", default="32-true",
-                    help="32-true (as the references) or bf16-mixed; part of each run's protocol (a finished run at another precision in the same folder stops the sweep: it is never replaced)")
+                    help="32-true (as the references) or bf16-mixed; part of each run's protocol (a finished run at "
+                         "another precision in the same folder stops the sweep: it is never replaced)")
     ap.add_argument("--eval-every", type=int, default=None,
-                    help="test every run after every K-th round (0: none) and the rounds the table's metric reads: the last 5, "
-                         "or the final one (default: the table's full-profile schedule, every round at the smoke "
-                         "profile); not part of a run's protocol")
+                    help="test every run after every K-th round (0: none) and the rounds the table's metric reads: the "
+                         "last 5, or the final one (default: the table's full-profile schedule, every round at the "
+                         "smoke profile); not part of a run's protocol")
     ap.add_argument("--participation", type=float, default=None,
                     help="the share of the clients that train in each round of every run (default: each preset's, "
                          "1 for the papers'); part of each run's protocol and of its folder's name")
@@ -395,8 +398,8 @@ def main(argv: list[str] | None = None) -> int:
         for t in tables if not args.report_only else ():
             check_data(chosen[t], t)
         if args.dry_run:
-            print("\n".join(dry_run(args.table, args.profile, list({c.out: c for t in tables for c in chosen[t]}.values()),
-                                   args.parallel)))
+            print("\n".join(dry_run(args.table, args.profile,
+                                    list({c.out: c for t in tables for c in chosen[t]}.values()), args.parallel)))
             return 0
         if not args.report_only:
             execute(list({c.out: c for t in tables for c in chosen[t]}.values()), args.parallel)  # a shared run once
@@ -404,7 +407,8 @@ def main(argv: list[str] | None = None) -> int:
         for t in tables:
             runs[t] = reported_runs(runs[t])  # a run made on fewer domains (--domains) stands in for a missing one
             try:
-                if t == "fedproto":  # per stdev, n and inference rule, beside the paper's Tables 1 and 2 (ray_jobs.report_fedproto)
+                # per stdev, n and inference rule, beside the paper's Tables 1 and 2 (ray_jobs.report_fedproto)
+                if t == "fedproto":
                     dfs[t], figs = report_fedproto.report(args.profile, runs[t], results_dir)
                     log_wandb(t, args.profile, dfs[t], figs)
                 elif TABLES[t].grid is not None:  # a hyperparameter grid (FedPLVM's Figures 4, 5): ray_jobs.report_grid

@@ -105,8 +105,9 @@ TABLES: dict[str, Table] = {
     # FedProto (AAAI 2022) Tables 1 and 2, MNIST n-way k-shot, n = 3, 4, 5, stdev of n 2 (Table 1) and 3 (Table 2's
     # second rows, presets -s3), the paper's eight rows, and Figure 3 (FedProto and FedAvg at n = 3 with k samples
     # per class, presets -k<k>; run after Table 1, before Table 2's second rows); its own report
-    # (ray_jobs.report_fedproto); its ± is the std over the 20 clients of one run, so one seed, as the paper's. Smoke: Figure 3's k = 60 alone (at least 2 samples per class at the smoke
-    # profile's 5%, a batch of 4 on a client of 2 classes; smaller k leave such a client no batch)
+    # (ray_jobs.report_fedproto); its ± is the std over the 20 clients of one run, so one seed, as the paper's. Smoke:
+    # Figure 3's k = 60 alone (at least 2 samples per class at the smoke profile's 5%, a batch of 4 on a client of 2
+    # classes; smaller k leave such a client no batch)
     "fedproto": Table("FedProto Tables 1 and 2 (MNIST, stdev of n 2 and 3)",
                       [(m, f"fedproto-mnist-n{n}") for n in (3, 4, 5) for m in paper.FEDPROTO_TABLE[2]]
                       + [(m, f"fedproto-mnist-n3-k{k}") for k in FEDPROTO_FIGURE3_SHOTS if k != SHOTS
@@ -216,10 +217,10 @@ GAP_NOTES: dict[tuple[str, str, str, str], GapNote] = {
                                          "0), so the federation with MNIST and USPS alone suppresses SYN, as SVHN's "
                                          "absence predicts (docs/gaps.md 1.4)", side="below"),
     ("*", "digits", "*", "AVG"): GapNote("the AVG over the domains run carries SYN's gap", side="below"),
-    **{("*", ds, "feddyn", "*"): GapNote("the paper's FedDyn row comes from RethinkFL's FedDyn, which sends no gradient "
-                                         "and trains as FedAvg (its AVG, {:.2f} on Office-Caltech and {:.2f} on "
-                                         "Digits, sits by FedAvg's {:.2f} and {:.2f}); ours is Acar et al.'s FedDyn, "
-                                         "as PROTOCOL.md asks (docs/deviations.md, 9)".format(
+    **{("*", ds, "feddyn", "*"): GapNote("the paper's FedDyn row comes from RethinkFL's FedDyn, which sends no "
+                                         "gradient and trains as FedAvg (its AVG, {:.2f} on Office-Caltech and {:.2f} "
+                                         "on Digits, sits by FedAvg's {:.2f} and {:.2f}); ours is Acar et al.'s "
+                                         "FedDyn, as PROTOCOL.md asks (docs/deviations.md, 9)".format(
                                              *(paper.TABLE2[m][d]["AVG"] for m in ("feddyn", "fedavg")
                                                for d in ("office_caltech", "digits"))))
        for ds in ("office_caltech", "digits")},
@@ -246,8 +247,8 @@ GAP_NOTES: dict[tuple[str, str, str, str], GapNote] = {
                         for d in ("amazon", "webcam"))), side="below"),
     ("*", "digit5", "*", "syn"): GapNote("our SYN is FPL's SYN, a stand-in for FedPLVM's SynthDigits "
                                          "(docs/deviations.md, 19)"),
-    ("*", "digit5", "*", "AVG"): GapNote("the paper's AVG over five domains is compared as the mean of its values on the "
-                                         "four we run (no SVHN offline)"),
+    ("*", "digit5", "*", "AVG"): GapNote("the paper's AVG over five domains is compared as the mean of its values on "
+                                         "the four we run (no SVHN offline)"),
     ("*", "office10", "*", "*"): GapNote("FedPLVM's Office-10 files (FedBN's) are not available: ours is a stratified "
                                          "shuffled 80/20 split (docs/deviations.md, 29); with 10 images a class, which "
                                          "10 moves Webcam by about 7 points (../shared/NOTES.md)"),
@@ -302,9 +303,10 @@ GAP_NOTES: dict[tuple[str, str, str, str], GapNote] = {
                                                    "FedPLVM, near the paper's gap of 1.64 on these domains, against "
                                                    "10.36 at lambda 1: the paper does not say which lambda its FPL row "
                                                    "used (docs/deviations.md, 38)", side="below"),
-    **{("*", ds, "fedpcl", "*"): GapNote("FedPCL's paper trains a head over frozen pre-trained backbones; without those "
-                                         "weights offline ours trains the ResNet-10 end to end with FedPCL's head and "
-                                         "loss (docs/deviations.md, 31), a method the paper's row was not run as")
+    **{("*", ds, "fedpcl", "*"): GapNote("FedPCL's paper trains a head over frozen pre-trained backbones; without "
+                                         "those weights offline ours trains the ResNet-10 end to end with FedPCL's "
+                                         "head and loss (docs/deviations.md, 31), a method the paper's row was not "
+                                         "run as")
        for ds in ("digit5", "office10")},
     # FedProto's Tables 1 and 2 (ray_jobs.report_fedproto): its ± is the std over one run's clients
     **{("fedproto", "mnist", m, "*"): GapNote("the official FedProto code has no baselines (the paper's come from code "

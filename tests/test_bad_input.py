@@ -221,7 +221,8 @@ def test_device_cuda_without_a_gpu(capsys, tmp_path, data_root):
 
     if torch.cuda.is_available():
         pytest.skip("this machine has a GPU")
-    err = fails(capsys, ["--device", "cuda", "--dataset", "office_caltech", "--data-root", str(data_root), *SMALL], tmp_path)
+    err = fails(capsys, ["--device", "cuda", "--dataset", "office_caltech", "--data-root", str(data_root), *SMALL],
+                tmp_path)
     assert "--device cuda but this machine has no CUDA GPU" in err and "--device cpu" in err
     assert not (tmp_path / "config.json").exists()
 
@@ -303,8 +304,8 @@ def test_a_run_that_reserves_no_gpu_on_a_cluster_with_gpus_is_told_so():
                                     "see `python -m ray_jobs.bench --help`."),
     ("bench", ["--full-rounds", "0"], "error: --full-rounds must be at least 1 (got 0); see "
                                       "`python -m ray_jobs.bench --help`."),
-    ("bench", ["--profile", "huge"], "error: argument --profile: invalid choice: 'huge' (choose from 'auto', 'small'); see "
-                                     "`python -m ray_jobs.bench --help`."),
+    ("bench", ["--profile", "huge"], "error: argument --profile: invalid choice: 'huge' (choose from 'auto', "
+                                     "'small'); see `python -m ray_jobs.bench --help`."),
     ("figures", ["tsne"], "error: the following arguments are required: RUN_DIR; see "
                           "`python -m ray_jobs.figures tsne --help`."),
     ("figures", ["draw"], "error: argument cmd: invalid choice: 'draw' (choose from 'tsne', 'all'); see "

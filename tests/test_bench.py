@@ -17,7 +17,8 @@ def report(ray_cluster, data_root, tmp_path_factory):
     mp.setenv("BENCH_DATA_ROOT", str(data_root))
     mp.setenv("WANDB_MODE", "disabled")
     try:
-        path = bench.main(["--profile", "small", "--out-dir", str(tmp_path_factory.mktemp("perf")), "--full-rounds", "1"])
+        path = bench.main(["--profile", "small", "--out-dir", str(tmp_path_factory.mktemp("perf")),
+                           "--full-rounds", "1"])
     finally:
         mp.undo()
     return path.name, path.read_text()
@@ -55,8 +56,8 @@ def test_every_section_is_reported_and_saved_under_the_device_name(report):
         assert float(ratio) == printed_ratio(fused[(m, "32-true")], fused[(m, "bf16-mixed")])
     # the ceiling of a stack's step: one model on the 2 clients' images in batches of 128, its ratio the printed one's
     (ceiling, ratio), = re.findall(r"one model, the 2 clients' images in batches of 128 \(plain loop: a stack's step "
-                                   r"without its clients' own weights\) +([\d.]+) images/s, +([\d.]+) x the fused engine "
-                                   r"\(FedAvg, 32-true\)", text)
+                                   r"without its clients' own weights\) +([\d.]+) images/s, +([\d.]+) x the fused "
+                                   r"engine \(FedAvg, 32-true\)", text)
     assert float(ratio) == printed_ratio(fused[("fedavg", "32-true")], float(ceiling))
     # clients of unequal sizes: one stack against one stack per size and against one client after another
     (seq, one, per_size, r_stacks, r_seq, k_seq, k_one, k_per_size), = re.findall(
@@ -72,8 +73,9 @@ def test_every_section_is_reported_and_saved_under_the_device_name(report):
     # on CUDA its foreach form makes the sequential count the smaller (H100, 2026-11-26: 4,574 against 5,056)
     assert int(k_one) < int(k_per_size) < int(k_seq)
     # --cudnn-benchmark on / off: each engine's images/s with it over without (no cuDNN on the CPU: only the path)
-    (cudnn,) = re.findall(r"--cudnn-benchmark on / off \(FedAvg, 32-true, no cuDNN on the CPU\): equal sequential +([\d.]+), "
-                          r"equal fused +([\d.]+), unequal sequential +([\d.]+), unequal fused +([\d.]+)", text)
+    (cudnn,) = re.findall(r"--cudnn-benchmark on / off \(FedAvg, 32-true, no cuDNN on the CPU\): "
+                          r"equal sequential +([\d.]+), equal fused +([\d.]+), unequal sequential +([\d.]+), "
+                          r"unequal fused +([\d.]+)", text)
     assert all(float(r) > 0 for r in cudnn)
     # --compile on / off: the fused engine compiled (aot_eager on the CPU: the path only) over eager, the ratio the
     # printed rates', and its first round (the compilation) slower than a compiled round of the same 128 images
@@ -84,9 +86,9 @@ def test_every_section_is_reported_and_saved_under_the_device_name(report):
     assert float(ratio) == printed_ratio(float(off), float(on))
     assert float(first) > 128 / float(on)
     # the fused step's input both ways, the ratio the printed times' (to 0.01 ms and 0.01)
-    (clients, each, one, ratio), = re.findall(r"fused step input \((\d+) clients x 64 augmented images\): one gather per "
-                                              r"client +([\d.]+) ms, one for all +([\d.]+) ms per step, per client / one +"
-                                              r"([\d.]+)", text)
+    (clients, each, one, ratio), = re.findall(r"fused step input \((\d+) clients x 64 augmented images\): "
+                                              r"one gather per client +([\d.]+) ms, one for all +([\d.]+) ms per step, "
+                                              r"per client / one +([\d.]+)", text)
     assert int(clients) == 2 and float(one) > 0
     r = float(each) / float(one)  # each time printed to 0.005 ms, the ratio to 0.005
     assert float(ratio) == pytest.approx(r, abs=5e-3 + 0.005 * (1 + r) / float(one))
@@ -111,8 +113,10 @@ def test_every_section_is_reported_and_saved_under_the_device_name(report):
         r"without evaluation \(round 1\) .*round ([\d.]+)s\n.*with evaluation +\(round 2\) .*evaluation ([\d.]+)s "
         r"\(\d+%\).*round ([\d.]+)s\n +with / without +([\d.]+)", text)
     plain, evaluated = float(plain), float(evaluated)
-    assert float(evaluation) > 0 and float(ratio) == pytest.approx(evaluated / plain, abs=6e-3 + 1e-3 * evaluated / plain)
-    estimates = re.findall(r"a full run \(50 rounds\) at --eval-every (\d+) *: +(\d+) rounds evaluated, about +([\d.]+) min", text)
+    assert float(evaluation) > 0 and float(ratio) == pytest.approx(evaluated / plain,
+                                                                   abs=6e-3 + 1e-3 * evaluated / plain)
+    estimates = re.findall(r"a full run \(50 rounds\) at --eval-every (\d+) *: +(\d+) rounds evaluated, "
+                           r"about +([\d.]+) min", text)
     assert [(int(k), int(e)) for k, e, _ in estimates] == [(1, 50), (5, 10), (50, 1)]  # every 5th, and the final
     for _, e, minutes in estimates:
         assert float(minutes) == pytest.approx((int(e) * evaluated + (50 - int(e)) * plain) / 60, abs=0.051)
@@ -176,8 +180,9 @@ def test_many_clients_hold_one_client_on_the_device_and_name_a_model_per_client(
     from benchmark.models import ResNet10
 
     _, text = report
-    rows = re.findall(r"^    (\S+) +(\d+) clients \((\d+) images\), +(\d+) drawn: build +[\d.]+ s, round +[\d.]+ s \( *[\d.]+ images/s\), at most "
-                      r"(\d+) client on the device, host +([\d.]+) MB; a model per client \(MOON\) would add +([\d.]+) MB",
+    rows = re.findall(r"^    (\S+) +(\d+) clients \((\d+) images\), +(\d+) drawn: build +[\d.]+ s, "
+                      r"round +[\d.]+ s \( *[\d.]+ images/s\), at most (\d+) client on the device, "
+                      r"host +([\d.]+) MB; a model per client \(MOON\) would add +([\d.]+) MB",
                       text, re.M)
     assert [(p, int(n), int(k), int(one)) for p, n, _, k, one, _, _ in rows] == [
         ("fpl-digits", 17, 2, 1), ("scale-digits-100", 85, 8, 1), ("scale-digits-500", 425, 42, 1)]

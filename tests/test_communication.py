@@ -42,7 +42,8 @@ def test_client_round_and_means():
     a = client_round((10, 40), {0: torch.zeros(2), 3: torch.zeros(2)}, {"w": torch.zeros(10)}, None)
     assert a == {"up_weights": 10, "up_prototypes": 4, "up_bytes": 56, "down_weights": 10, "down_prototypes": 0,
                  "down_bytes": 40}
-    b = client_round((0, 0), {0: torch.zeros(2)}, None, _Payload(torch.zeros(2, 2), torch.zeros(2, dtype=torch.long), 1.0))
+    b = client_round((0, 0), {0: torch.zeros(2)}, None,
+                     _Payload(torch.zeros(2, 2), torch.zeros(2, dtype=torch.long), 1.0))
     assert b == {"up_weights": 0, "up_prototypes": 2, "up_bytes": 8, "down_weights": 0, "down_prototypes": 6,
                  "down_bytes": 32}
     m = mean_per_client({"0": a, "1": b})
@@ -85,7 +86,8 @@ def test_driver_counts_two_rounds_by_hand(method, data_root, monkeypatch):
             else:
                 m = len(payload.cluster_labels)
                 down = 6 * m + m + 60 + 60
-            down_bytes = 0 if r == 0 or method == "fedavg" else (4 * (down - m) + 8 * m if method == "fpl" else 4 * down)
+            down_bytes = (0 if r == 0 or method == "fedavg"
+                          else (4 * (down - m) + 8 * m if method == "fpl" else 4 * down))
             assert got == {"up_weights": TINY_ENTRIES, "up_prototypes": protos, "up_bytes": TINY_BYTES + 4 * protos,
                            "down_weights": TINY_ENTRIES, "down_prototypes": down, "down_bytes": TINY_BYTES + down_bytes}
 

@@ -89,7 +89,8 @@ def rethinkfl_draw(dataset: str, seed: int) -> dict[str, int]:
     np.random.seed(seed), then np.random.choice over the domain names, redrawn while a domain has > 10."""
     from collections import Counter
 
-    domains = {"digits": ["mnist", "usps", "svhn", "syn"], "office_caltech": ["caltech", "amazon", "webcam", "dslr"]}[dataset]
+    domains = {"digits": ["mnist", "usps", "svhn", "syn"],
+               "office_caltech": ["caltech", "amazon", "webcam", "dslr"]}[dataset]
     saved = np.random.get_state()
     try:
         np.random.seed(seed)

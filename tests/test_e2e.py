@@ -37,7 +37,8 @@ def small_run(tmp_path_factory, root, method, dataset, fraction, executor="ray",
     return out, run(cfg, quiet=True)
 
 
-CASES = [("fedavg", "digits", 0.05), ("fpl", "digits", 0.05), ("fedavg", "office_caltech", 0.1), ("fpl", "office_caltech", 0.1)]
+CASES = [("fedavg", "digits", 0.05), ("fpl", "digits", 0.05), ("fedavg", "office_caltech", 0.1),
+         ("fpl", "office_caltech", 0.1)]
 
 
 @pytest.fixture(scope="module")
@@ -72,7 +73,8 @@ def test_summary_consistent_with_metrics(runs, method, dataset, fraction):
     assert (on_disk["method"], on_disk["dataset"], on_disk["seed"], on_disk["rounds"]) == (method, dataset, 0, 2)
     # the clients of the default presets, in order, scaled by the client fraction
     per_domain = {"digits": {"mnist": (6, 600), "usps": (4, 72), "svhn": (3, 8), "syn": (7, 100)},
-                  "office_caltech": {"caltech": (3, 179), "amazon": (2, 153), "webcam": (1, 47), "dslr": (4, 25)}}[dataset]
+                  "office_caltech": {"caltech": (3, 179), "amazon": (2, 153), "webcam": (1, 47),
+                                     "dslr": (4, 25)}}[dataset]
     expected = [d for d, (n, _) in per_domain.items() for _ in range(n)]
     assert [c["domain"] for c in on_disk["clients"]] == expected
     assert [c["id"] for c in on_disk["clients"]] == list(range(len(expected)))
@@ -175,13 +177,15 @@ def test_config_records_provenance(runs, full_digits_root):
     out, summary = runs[("fpl", "office_caltech")]
     prov = json.loads((out / "config.json").read_text())["provenance"]
     assert prov["packages"]["torch"] == metadata.version("torch") and prov["packages"]["ray"] == metadata.version("ray")
-    assert set(prov["packages"]) == {"torch", "torchvision", "lightning", "ray", "wandb", "finch-clust", "opacus", "numpy"}
+    assert set(prov["packages"]) == {"torch", "torchvision", "lightning", "ray", "wandb", "finch-clust", "opacus",
+                                     "numpy"}
     assert prov["packages"]["opacus"] == metadata.version("opacus")  # DP-SGD runs (FedPLVM Table 11) say which
     repo = Path(__file__).resolve().parent.parent
     git = lambda *a: subprocess.run(["git", "-C", str(repo), *a], capture_output=True, text=True).stdout  # noqa: E731
     changed = [line[3:] for line in git("status", "--porcelain").splitlines() if not line[3:].startswith("results/")]
     assert prov["git"] == {"commit": git("rev-parse", "HEAD").strip(), "dirty": bool(changed)}
-    assert sorted(prov["data_sha256"]) == [f"office_caltech10/{d}.npz" for d in sorted(["amazon", "caltech", "dslr", "webcam"])]
+    assert sorted(prov["data_sha256"]) == [f"office_caltech10/{d}.npz"
+                                           for d in sorted(["amazon", "caltech", "dslr", "webcam"])]
     for rel, digest in prov["data_sha256"].items():
         assert hashlib.sha256((full_digits_root / rel).read_bytes()).hexdigest() == digest
     assert prov["executor"] == "ray"

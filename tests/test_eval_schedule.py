@@ -27,14 +27,16 @@ def test_schedule_by_hand():
     cfg = RunConfig(rounds=50, eval_every=5, eval_last=1, executor="local")
     assert [r for r in range(50) if cfg.evaluates(r)] == [*range(4, 50, 5)]  # 10 of FedPLVM's 50 rounds, not 14
     # each table's full profile: the rounds its metric reads; the smoke profile every round
-    assert TABLES["fedplvm12"].overrides("full")["eval_last"] == 1 and TABLES["fedproto"].overrides("full")["eval_last"] == 1
+    assert (TABLES["fedplvm12"].overrides("full")["eval_last"] == 1
+            and TABLES["fedproto"].overrides("full")["eval_last"] == 1)
     assert TABLES["2"].overrides("full")["eval_last"] == 5 and "eval_last" not in TABLES["fedplvm12"].overrides("smoke")
     # eval_every 0: the rounds the metric reads alone; a grid table's report reads nothing else
     cfg = RunConfig(rounds=50, eval_every=0, eval_last=1, executor="local")
     assert [r for r in range(50) if cfg.evaluates(r)] == [49]
     cfg = RunConfig(rounds=ROUNDS, eval_every=0, executor="local")
     assert [r for r in range(ROUNDS) if cfg.evaluates(r)] == [2, 3, 4, 5, 6]
-    assert TABLES["fedplvm_fig5"].overrides("full")["eval_every"] == 0 and TABLES["fedplvm12"].overrides("full")["eval_every"] == 5
+    assert (TABLES["fedplvm_fig5"].overrides("full")["eval_every"] == 0
+            and TABLES["fedplvm12"].overrides("full")["eval_every"] == 5)
     with pytest.raises(ConfigError, match="eval_last is 1"):
         RunConfig(eval_last=3)
 
@@ -91,7 +93,8 @@ def test_a_report_says_the_schedules_its_runs_used(tmp_path):
 
     runs = []
     for i, (every, last) in enumerate([(5, 1), (5, 5), (5, 1)]):
-        cfg = RunConfig.from_preset("fedplvm-digit5", seed=i, eval_every=every, eval_last=last, out=str(tmp_path / str(i)))
+        cfg = RunConfig.from_preset("fedplvm-digit5", seed=i, eval_every=every, eval_last=last,
+                                    out=str(tmp_path / str(i)))
         (tmp_path / str(i)).mkdir()
         (tmp_path / str(i) / "config.json").write_text(cfg.to_json())
         runs.append(cfg)

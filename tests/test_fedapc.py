@@ -63,7 +63,8 @@ def test_augmented_feature_is_the_mean_over_its_views(usps):
     views = [random_erasing(augment(x, g), g).double() for _ in range(3)]
     assert not torch.equal(views[0], views[1]) and all((v == 0).any() for v in views)  # erased pixels are exactly 0
     with torch.no_grad():
-        per_view = torch.stack([torch.stack([module.net.features(v[i:i + 1])[0] for i in range(len(x))]) for v in views])
+        per_view = torch.stack([torch.stack([module.net.features(v[i:i + 1])[0] for i in range(len(x))])
+                                for v in views])
     assert (per_view[0] - per_view[1]).abs().max() > 1e-3  # the augmentation changes the features
     torch.testing.assert_close(got, per_view.mean(dim=0), rtol=1e-12, atol=1e-12)
 
@@ -176,7 +177,8 @@ def test_table_fedapc_smoke_report_beside_tables_1_and_2(table, data_root, capsy
     assert "Preset fedapc-digits: 2 rounds x 1 local epochs, batch 32" in md and "Preset fedapc-office" in md
     assert "| up MB | down MB |" in md
     df = pd.read_csv(table / "tablefedapc.csv")
-    assert sorted(set(zip(df.method, df.dataset))) == sorted((m, d) for m in TABLE_METHODS for d in ("digits", "office_caltech"))
+    assert sorted(set(zip(df.method, df.dataset))) == sorted((m, d) for m in TABLE_METHODS
+                                                             for d in ("digits", "office_caltech"))
     cell = lambda m, d, dom: df[(df.method == m) & (df.dataset == d) & (df.domain == dom)].iloc[0]  # noqa: E731
     assert cell("fedapc", "office_caltech", "dslr")["paper"] == 60.00  # Table I
     assert cell("fedavg", "office_caltech", "AVG")["paper"] == 60.52
@@ -192,7 +194,8 @@ def test_table_fedapc_smoke_report_beside_tables_1_and_2(table, data_root, capsy
                 c = cell(m, ds, dom if dom != "AVG" or ds == "office_caltech" else "AVG of 3")
                 assert c["ours_mean"] == pytest.approx(v, abs=1e-4)
             comm = summary["communication"]["per_client_per_round"]
-            assert c["up_bytes"] == pytest.approx(comm["up_bytes"]) and c["down_bytes"] == pytest.approx(comm["down_bytes"])
+            assert (c["up_bytes"] == pytest.approx(comm["up_bytes"])
+                    and c["down_bytes"] == pytest.approx(comm["down_bytes"]))
             assert (comm["up_prototypes"] > 0) == (m not in ("fedavg", "moon"))
     capsys.readouterr()
     assert main(["--table", "fedapc", "--profile", "smoke", "--domains", "mnist,usps,syn", "--results-dir", str(table),

@@ -91,7 +91,8 @@ def test_sgd_step_equals_the_papers_objective():
         params = list(ref.parameters())
         paper = ((ref(x) - t) ** 2).mean()
         paper = paper + sum((alpha_k * hk * p).sum() for hk, p in zip(h, params))  # -<g_k, w>
-        paper = paper + alpha_k / 2 * ((params[0] - w_sent) ** 2).sum() + alpha_k / 2 * ((params[1] - b_sent) ** 2).sum()
+        paper = (paper + alpha_k / 2 * ((params[0] - w_sent) ** 2).sum()
+                 + alpha_k / 2 * ((params[1] - b_sent) ** 2).sum())
         paper = paper + wd / 2 * sum((p ** 2).sum() for p in params)
         ref_opt.zero_grad()
         paper.backward()
@@ -141,7 +142,8 @@ def test_server_against_acars_per_client_recursion():
     cld = {"a": torch.randn(4, generator=gen)}
     local = [torch.zeros(4, dtype=torch.float64) for _ in range(n_clients)]
     for r in range(3):
-        clients = [cld["a"].double() + 0.1 * torch.randn(4, generator=gen, dtype=torch.float64) for _ in range(n_clients)]
+        clients = [cld["a"].double() + 0.1 * torch.randn(4, generator=gen, dtype=torch.float64)
+                   for _ in range(n_clients)]
         for k in range(n_clients):
             local[k] += clients[k] - cld["a"].double()
         avg = sum(clients) / n_clients
@@ -159,7 +161,8 @@ def test_driver_evaluates_the_plain_mean_not_the_sent_model():
     net = TinyNet(10)
     keys = [k for k, _ in net.named_parameters()]
     g0 = {k: v.clone() for k, v in net.state_dict().items()}
-    mean = {k: v.double() + (0.5 * torch.randn(v.shape, dtype=torch.float64) if k in keys else 0) for k, v in g0.items()}
+    mean = {k: v.double() + (0.5 * torch.randn(v.shape, dtype=torch.float64) if k in keys else 0)
+            for k, v in g0.items()}
     rule = FedDynServer({"alpha": 0.01}, 10, TinyNet.feature_dim, 5, keys)
     sent = rule.aggregate(g0, mean, 0)
     x = torch.randint(0, 256, (64, 3, 32, 32), generator=torch.Generator().manual_seed(1), dtype=torch.uint8)

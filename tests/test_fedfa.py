@@ -73,7 +73,8 @@ def test_layer_equals_a_straightforward_implementation_values_and_gradients():
     (ref * w).sum().backward()
     torch.testing.assert_close(xa.grad, xb.grad, rtol=1e-10, atol=1e-12)
     # without noise the layer only re-normalises: mu and sigma come back
-    same, _, _ = feature_augmentation(x, torch.zeros(4, 3, dtype=torch.float64), torch.zeros(4, 3, dtype=torch.float64), vm, vs)
+    same, _, _ = feature_augmentation(x, torch.zeros(4, 3, dtype=torch.float64),
+                                      torch.zeros(4, 3, dtype=torch.float64), vm, vs)
     torch.testing.assert_close(same, x)
 
 
@@ -123,8 +124,8 @@ def test_each_layer_restyles_its_stage_output_with_the_clients_draws():
     _, z = client.net(x)
     key = torch.tensor([5, 3, 2, 1, 0, 1])  # seed, client, round, step, layer, noise stream
     noise = counter_normals(key, 2 * 4 * 64).double()
-    want, _, _ = feature_augmentation(stem, noise[:256].view(4, 64), noise[256:].view(4, 64), torch.ones(64, dtype=torch.float64),
-                                      torch.ones(64, dtype=torch.float64))
+    want, _, _ = feature_augmentation(stem, noise[:256].view(4, 64), noise[256:].view(4, 64),
+                                      torch.ones(64, dtype=torch.float64), torch.ones(64, dtype=torch.float64))
     # the BatchNorm of the stem ran once more above (running statistics), not its output in training mode
     torch.testing.assert_close(seen["in"], want)
     # its running statistics moved from the round's start (0, 1) by momentum 0.99 towards the batch's mean of the

@@ -55,7 +55,8 @@ def test_matches_torch_sgd_on_the_pseudo_gradient():
     ref = [torch.nn.Parameter(glob[k].double().clone()) for k in keys]
     opt = torch.optim.SGD(ref, lr=0.5, momentum=0.9)  # the independent implementation
     for r in range(4):
-        mean = {k: glob[k].double() + 0.1 * torch.randn(glob[k].shape, generator=gen, dtype=torch.float64) for k in keys}
+        mean = {k: glob[k].double() + 0.1 * torch.randn(glob[k].shape, generator=gen, dtype=torch.float64)
+                for k in keys}
         for p, k in zip(ref, keys):
             p.grad = p.detach() - mean[k]
         opt.step()

@@ -74,8 +74,10 @@ def test_contrastive_loss_equals_the_per_sample_loop_values_and_gradients():
     torch.testing.assert_close(z.grad, zr.grad, rtol=1e-10, atol=1e-12)
     # two different views (the code's general case) as well
     z2 = unit(g, 6, 4)
-    torch.testing.assert_close(prototype_contrastive_loss(torch.cat([z.detach(), z2]), torch.cat([labels, labels]), protos, T),
-                               reference_conloss(z.detach(), z2, labels, dict(enumerate(protos))), rtol=1e-12, atol=1e-12)
+    torch.testing.assert_close(prototype_contrastive_loss(torch.cat([z.detach(), z2]), torch.cat([labels, labels]),
+                                                          protos, T),
+                               reference_conloss(z.detach(), z2, labels, dict(enumerate(protos))),
+                               rtol=1e-12, atol=1e-12)
 
 
 def test_a_class_without_prototype_or_positive_contributes_zero():
@@ -138,7 +140,8 @@ def test_projection_head_and_own_initialisation():
     torch.testing.assert_close(net.features(x), z)
     # a client's own model (LocalModelsRule) includes the head, seeded from (seed, client id)
     own = own_initialisation(type(net), 10, 0, 3)
-    assert "projection.weight" in own and torch.equal(own["projection.weight"], own_initialisation(type(net), 10, 0, 3)["projection.weight"])
+    assert "projection.weight" in own and torch.equal(own["projection.weight"],
+                                                      own_initialisation(type(net), 10, 0, 3)["projection.weight"])
     assert not torch.equal(own["projection.weight"], own_initialisation(type(net), 10, 0, 4)["projection.weight"])
     assert projected(ResNet10PLVM, 256)(10).feature_dim == 256
 

@@ -81,7 +81,8 @@ def test_a_round_heads_apart_and_the_body_the_weighted_mean(shards):  # noqa: F8
     total = sum(SIZES.values())
     for k in res["sum"]:
         by_hand = sum(SIZES[c] * alone[c][k] for c in SIZES) / total
-        torch.testing.assert_close(new[k], by_hand.to(init[k].dtype), rtol=1e-6, atol=1e-6 if k != "bn.num_batches_tracked" else 0)
+        torch.testing.assert_close(new[k], by_hand.to(init[k].dtype), rtol=1e-6,
+                                   atol=1e-6 if k != "bn.num_batches_tracked" else 0)
     torch.testing.assert_close(new["classifier.weight"], init["classifier.weight"])
     for c in group.clients:  # round 1: the global body with the client's own head
         group.start_client(c, new, None, 1)
@@ -98,13 +99,14 @@ def test_a_resumed_run_keeps_the_heads_and_the_centres(method, data_root, tmp_pa
     from ray_jobs.run import RunError, run
 
     def cfg(out, **kw):
-        return RunConfig.from_preset("fedproto-mnist-n3", method=method, rounds=3, client_fraction=0.05, executor="local",
-                                     data_root=str(data_root), out=str(out), **kw)
+        return RunConfig.from_preset("fedproto-mnist-n3", method=method, rounds=3, client_fraction=0.05,
+                                     executor="local", data_root=str(data_root), out=str(out), **kw)
 
     ref = run(cfg(tmp_path / "ref"), quiet=True)
     with pytest.raises(RunError, match="non-finite loss in round 2, client 5"):
         run(cfg(tmp_path / "resumed", test_faults={"nan_loss": [2, 5]}), quiet=True)
     resumed = run(cfg(tmp_path / "resumed"), quiet=True, resume=True)
     strip = lambda rows: [(r["round"], r["client_accuracy"], r["client_loss"]) for r in rows]  # noqa: E731
-    assert strip(read_jsonl(tmp_path / "resumed" / "metrics.jsonl")) == strip(read_jsonl(tmp_path / "ref" / "metrics.jsonl"))
+    assert (strip(read_jsonl(tmp_path / "resumed" / "metrics.jsonl"))
+            == strip(read_jsonl(tmp_path / "ref" / "metrics.jsonl")))
     assert resumed["final"] == ref["final"]

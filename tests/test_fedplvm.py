@@ -191,7 +191,8 @@ def test_dual_level_clustering_on_a_constructed_example():
     pay_all = rule_all.payload(uploads, 0)
     assert pay_all.prototype_labels.tolist() == [0, 0, 0, 0, 1, 1] and pay_all.num_prototypes == 6
     assert _rows_match(pay_all.prototypes[:4], e[0][0] + e[1][0])
-    torch.testing.assert_close(class_means(pay_all.prototypes, pay_all.prototype_labels, 4)[0], sum(e[0][0] + e[1][0]) / 4)
+    torch.testing.assert_close(class_means(pay_all.prototypes, pay_all.prototype_labels, 4)[0],
+                               sum(e[0][0] + e[1][0]) / 4)
 
     # Table 3 */avg: one prototype per class, the mean of the clients' local ones
     pay_mean = FedPLVMServer(METHODS["fedplvm_avg_avg"].defaults, 4, DIM, 10, []).payload(uploads, 0)
@@ -301,7 +302,8 @@ def test_local_pass_is_eval_mode_over_the_training_images(data_root):
         if len(z) == 1:
             want = z
         else:
-            c, _, _ = FINCH(data=z.numpy().astype(np.float32), distance="cosine", ensure_early_exit=False, verbose=False)
+            c, _, _ = FINCH(data=z.numpy().astype(np.float32), distance="cosine", ensure_early_exit=False,
+                            verbose=False)
             want = torch.stack([z[torch.from_numpy(c[:, -1] == j)].mean(dim=0) for j in np.unique(c[:, -1])])
         assert p.shape == want.shape and _rows_match(p, want), k
     module.hparams["local_protos"] = "mean"  # Table 3's avg: the one class mean

@@ -1,5 +1,5 @@
-"""`make table-fedplvm PROFILE=smoke` end to end (Table 4's runs through Ray): FedPLVM's Tables 1 and 2 (its presets, the
-final round, FedPCL and FedFA among its methods) and its Tables 3 to 5 as ablations, the run they share
+"""`make table-fedplvm PROFILE=smoke` end to end (Table 4's runs through Ray): FedPLVM's Tables 1 and 2 (its presets,
+the final round, FedPCL and FedFA among its methods) and its Tables 3 to 5 as ablations, the run they share
 (FedPLVM on Digit-5) run once; resumable; Table 4's prototypes per client per round from the runs' metrics."""
 from __future__ import annotations
 
@@ -84,13 +84,15 @@ def test_ablation_tables_and_the_shared_run(smoke, data_root):
         df = pd.read_csv(smoke / f"tablefedplvm{t}.csv")
         assert list(dict.fromkeys(df.method)) == methods and df.paper.isna().all()
         assert "The paper gives only an AVG over all of its domains" in (smoke / f"tablefedplvm{t}.md").read_text()
-    # every ablation's FedPLVM row is the one Digit-5 run of Tables 1-2; 28 distinct runs in all (Table 11's 1 and the grids' 2 new)
+    # every ablation's FedPLVM row is the one Digit-5 run of Tables 1-2; 28 distinct runs in all (Table 11's 1 and the
+    # grids' 2 new)
     names = sorted(p.name for p in (smoke / "runs").iterdir())
     assert len(names) == 28 and names.count("fedplvm-digit5-no_svhn_syn_mnistm-default-seed0") == 1
     v = summary(smoke, "fedplvm-digit5-no_svhn_syn_mnistm-default-seed0")["final"]["AVG"]
     for t in ("3", "4", "5"):
         df = pd.read_csv(smoke / f"tablefedplvm{t}.csv")
-        assert df[(df.method == "fedplvm") & (df.domain == "AVG of 2")].iloc[0]["ours_mean"] == pytest.approx(v, abs=1e-4)
+        assert (df[(df.method == "fedplvm") & (df.domain == "AVG of 2")].iloc[0]["ours_mean"]
+                == pytest.approx(v, abs=1e-4))
     executors = {n: json.loads((smoke / "runs" / n / "config.json").read_text())["executor"] for n in names}
     assert {n for n, e in executors.items() if e == "ray"} == {f"{m}-digit5-no_svhn_syn_mnistm-default-seed0"
                                                               for m in ("fedplvm", "fedplvm_no_global_clustering")}
@@ -138,7 +140,8 @@ def test_table12_local_clustering_global_average(smoke):
     df = pd.read_csv(smoke / "tablefedplvm_t12.csv")
     assert list(dict.fromkeys(df.method)) == ["fedplvm_cluster_avg"]
     assert df[df.domain == "mnist"].iloc[0]["paper"] == 89.43
-    rounds = read_jsonl(smoke / "runs" / "fedplvm_cluster_avg-digit5-no_svhn_syn_mnistm-default-seed0" / "metrics.jsonl")
+    rounds = read_jsonl(smoke / "runs" / "fedplvm_cluster_avg-digit5-no_svhn_syn_mnistm-default-seed0"
+                        / "metrics.jsonl")
     assert [r["prototypes_received"] for r in rounds[1:]] == [10]  # one global prototype per class
 
 
@@ -160,8 +163,10 @@ def test_table10_unbalanced_clients(smoke):
     final = summary(smoke, name)["final"]
     md = (smoke / "tablefedplvm10.md").read_text()
     ours = (final["mnist"] + 2 * final["usps"]) / 3
-    assert f"| fedplvm | 3 | {ours:.2f} | {(90.90 + 2 * 85.92) / 3:.2f} | {final['AVG']:.2f} | {(90.90 + 85.92) / 2:.2f} |" in md
-    assert "the paper's Avg in this table" in md and "svhn's 4 clients" in md and "no test set are available offline" in md
+    assert (f"| fedplvm | 3 | {ours:.2f} | {(90.90 + 2 * 85.92) / 3:.2f} | {final['AVG']:.2f} | "
+            f"{(90.90 + 85.92) / 2:.2f} |" in md)
+    assert ("the paper's Avg in this table" in md and "svhn's 4 clients" in md
+            and "no test set are available offline" in md)
 
 
 def test_table11_privacy(smoke):
@@ -250,10 +255,10 @@ def test_grid_tables_plan_a_run_per_value_the_default_one_table_1s(data_root, tm
                     else:
                         assert c.out not in t12
     names = [c.run_name for c in plan("fedplvm_fig4b", "full", None, tmp_path, str(data_root)) if c.seed == 0]
-    assert names == ["fpl-digit5-default-lambda0.1-seed0", "fpl-digit5-default-seed0", "fpl-digit5-default-lambda10-seed0",
-                     "fpl-digit5-default-lambda100-seed0", "fedplvm-digit5-default-lambda0.1-seed0",
-                     "fedplvm-digit5-default-lambda1-seed0", "fedplvm-digit5-default-lambda10-seed0",
-                     "fedplvm-digit5-default-seed0"]
+    assert names == ["fpl-digit5-default-lambda0.1-seed0", "fpl-digit5-default-seed0",
+                     "fpl-digit5-default-lambda10-seed0", "fpl-digit5-default-lambda100-seed0",
+                     "fedplvm-digit5-default-lambda0.1-seed0", "fedplvm-digit5-default-lambda1-seed0",
+                     "fedplvm-digit5-default-lambda10-seed0", "fedplvm-digit5-default-seed0"]
     # 54 runs beside Tables 1-2's: the group's full plan
     group = {c.out for t in GROUPS["fedplvm"] for c in plan(t, "full", None, tmp_path, str(data_root))}
     others = {c.out for t in GROUPS["fedplvm"] if TABLES[t].grid is None for c in plan(t, "full", None, tmp_path,

@@ -226,7 +226,8 @@ def test_group_trains_each_client_from_its_own_model(data_root):
     cfg = fedproto_config(data_root, lr=0.0)
     clients = planned_clients(cfg)[:16:3]  # ids 0, 3, 6, 9, 12, 15: widths 18, 18, 18, 20, 20, 22
     group = ClientGroup(cfg, clients, str(data_root))
-    assert {c["id"]: group.module_for(c).net.conv2.out_channels for c in clients} == {0: 18, 3: 18, 6: 18, 9: 20, 12: 20, 15: 22}
+    assert ({c["id"]: group.module_for(c).net.conv2.out_channels for c in clients}
+            == {0: 18, 3: 18, 6: 18, 9: 20, 12: 20, 15: 22})
     res = group.train(None, None, 0)
     assert res["sum"] is None and res["weight"] == 0 and sorted(res["protos"]) == [c["id"] for c in clients]
     for c in clients:
@@ -304,9 +305,11 @@ def test_heterogeneous_run_through_ray_keeps_own_models(ray_cluster, data_root):
         assert any(not torch.equal(state[k], init[k]) for k in init)
     assert driver.payload.global_protos.shape == (10, 50)
     for rec in records:
-        assert set(rec["accuracy"]) == {"classifier", "prototype", "AVG"} and rec["accuracy"]["AVG"] == rec["accuracy"]["prototype"]
+        assert (set(rec["accuracy"]) == {"classifier", "prototype", "AVG"}
+                and rec["accuracy"]["AVG"] == rec["accuracy"]["prototype"])
         assert sorted(rec["client_accuracy"], key=int) == [str(c) for c in range(20)]
-        assert rec["accuracy"]["classifier"] == pytest.approx(np.mean([a["classifier"] for a in rec["client_accuracy"].values()]))
+        assert rec["accuracy"]["classifier"] == pytest.approx(
+            np.mean([a["classifier"] for a in rec["client_accuracy"].values()]))
 
 
 def test_resumed_run_keeps_the_clients_own_models(data_root, tmp_path):
@@ -318,7 +321,8 @@ def test_resumed_run_keeps_the_clients_own_models(data_root, tmp_path):
     with pytest.raises(RunError, match="non-finite loss in round 2, client 5"):
         run(fedproto_config(data_root, rounds=3, out=str(out), test_faults={"nan_loss": [2, 5]}), quiet=True)
     resumed = run(fedproto_config(data_root, rounds=3, out=str(out)), quiet=True, resume=True)
-    strip = lambda rows: [(r["round"], r["accuracy"], r["client_accuracy"], r["client_loss"]) for r in rows]  # noqa: E731
+    strip = lambda rows: [(r["round"], r["accuracy"], r["client_accuracy"], r["client_loss"])  # noqa: E731
+                          for r in rows]
     assert strip(read_jsonl(out / "metrics.jsonl")) == strip(read_jsonl(tmp_path / "ref" / "metrics.jsonl"))
     assert resumed["final"] == ref["final"]
 
@@ -350,7 +354,8 @@ def test_own_models_on_a_domain_protocol(data_root):
     assert sorted(per, key=int) == [str(c["id"]) for c in clients]
     domain_of = {str(c["id"]): c["domain"] for c in clients}
     for d in cfg.domains:
-        assert rec["accuracy"][d] == pytest.approx(np.mean([a["prototype"] for c, a in per.items() if domain_of[c] == d]))
+        assert rec["accuracy"][d] == pytest.approx(np.mean([a["prototype"] for c, a in per.items()
+                                                            if domain_of[c] == d]))
     assert rec["accuracy"]["AVG"] == pytest.approx(np.mean([rec["accuracy"][d] for d in cfg.domains]))
     # client 0 (caltech), recomputed from its own model
     states = {cid: s for part in driver.executor.map("own_model_states") for cid, s in part.items()}

@@ -51,7 +51,8 @@ def test_frozen_parts_do_not_move_in_their_phase(shards):  # noqa: F811
     """One epoch of 10 samples, batch 2 (5 steps), momentum 0.9 and weight decay 1e-3: in the head's 3 steps the
     body keeps its weights, in the body's 2 steps the head keeps the weights it had at the switch, though its
     momentum buffer is not zero; both parts do move in their own phase."""
-    module = FedRepClient(TinyNet(10), {"head": "classifier", "rep_epochs": 0.4}, lr=0.05, momentum=0.9, weight_decay=1e-3)
+    module = FedRepClient(TinyNet(10), {"head": "classifier", "rep_epochs": 0.4}, lr=0.05, momentum=0.9,
+                          weight_decay=1e-3)
     torch.manual_seed(0)
     start = {k: v.clone() for k, v in TinyNet(10).state_dict().items()}
     module.start_round(0, None, start)

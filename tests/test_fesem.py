@@ -23,7 +23,8 @@ def states(*values) -> dict[int, dict]:
 def test_registry_entry():
     m = METHODS["fesem"]
     assert m.client is FedAvgClient and m.server is FeSEMServer and m.variant_of is None
-    assert m.defaults == {"clusters": 4, "distance": "weights"} and FeSEMServer.per_client and FeSEMServer.personal_models
+    assert (m.defaults == {"clusters": 4, "distance": "weights"} and FeSEMServer.per_client
+            and FeSEMServer.personal_models)
     with pytest.raises(HyperparameterError, match=r"^clusters must be an integer >= 1 \(got 2\.5\)\.$"):
         RunConfig(method="fesem", hparams={"clusters": 2.5})
     with pytest.raises(HyperparameterError, match=r"^distance must be one of weights, classifier \(got 'l1'\)\.$"):
@@ -84,5 +85,6 @@ def test_the_centres_are_sample_weighted_means_of_whole_state_dicts():
 
 
 def test_more_clusters_than_clients_is_one_clear_error():
-    with pytest.raises(ValueError, match=r"^FeSEM: 4 clusters for 3 clients trained in its first round; use --hp clusters=3 or fewer "):
+    with pytest.raises(ValueError, match=r"^FeSEM: 4 clusters for 3 clients trained in its first round; "
+                                         r"use --hp clusters=3 or fewer "):
         rule(clusters=4).aggregate_clients(states(0, 1, 2), {i: 1.0 for i in range(3)}, 0)

@@ -93,7 +93,8 @@ def test_bars_plot_the_last5_means_beside_the_paper(constructed, tmp_path):
             row = data[(data.method == m) & (data.domain == d)].iloc[0]
             assert row["ours"] == pytest.approx(np.mean(per_seed))
             assert row["std"] == pytest.approx(np.std(per_seed, ddof=1))
-            ref = np.mean([paper.TABLE2[m]["digits"][x] for x in DOMAINS]) if d == "AVG" else paper.TABLE2[m]["digits"][d]
+            ref = (np.mean([paper.TABLE2[m]["digits"][x] for x in DOMAINS]) if d == "AVG"
+                   else paper.TABLE2[m]["digits"][d])
             assert row["paper"] == pytest.approx(ref)
 
 
@@ -111,7 +112,8 @@ def test_drawing_again_writes_the_same_bytes(constructed, tmp_path):
 
 def test_regenerate_redraws_a_report_from_its_run_folders(constructed, tmp_path, capsys):
     names = sorted(d.name for d, _ in constructed.values())
-    (tmp_path / "table1.md").write_text("# FPL Table 1: reproduction (smoke profile)\n\n" + cli.RUNS_LINE + ", ".join(names) + "\n")
+    (tmp_path / "table1.md").write_text("# FPL Table 1: reproduction (smoke profile)\n\n" + cli.RUNS_LINE
+                                        + ", ".join(names) + "\n")
     (tmp_path / "table3.md").write_text("# FPL Table 3: reproduction\n\n" + cli.RUNS_LINE + "gone-run\n")
     assert cli.main(["all", str(tmp_path)]) == 0
     for name in ("curves", "bars"):
@@ -292,9 +294,11 @@ def test_wandb_offline_run_carries_config_tags_summary_and_figure(real_run):
     records = wandb_records(run_dir)
     info = next(r.run for r in records if r.WhichOneof("record_type") == "run")
     config = {u.key: json.loads(u.value_json) for u in info.config.update}
-    assert (config["method"], config["dataset"], config["split"], config["seed"]) == ("fedavg", "office_caltech", "default", 0)
+    assert ((config["method"], config["dataset"], config["split"], config["seed"])
+            == ("fedavg", "office_caltech", "default", 0))
     assert (config["rounds"], config["local_epochs"], config["lr"]) == (2, 1, 0.01)
-    assert set(info.tags) == {"method:fedavg", "dataset:office_caltech", "split:default", "seed:0"}  # no hyperparameters
+    assert set(info.tags) == {"method:fedavg", "dataset:office_caltech", "split:default",
+                              "seed:0"}  # no hyperparameters
     assert (info.run_group, info.job_type) == ("table9-test", "train")
     summ = {}
     for r in records:

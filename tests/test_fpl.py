@@ -165,7 +165,8 @@ def _e(i, s=1.0):
 
 
 # class 0: three clients along e0, two along e1 (cosine groups of 3 and 2)
-C0 = [3 * _e(0) + 0.1 * _e(4), 2 * _e(0) + 0.1 * _e(5), _e(0) + 0.1 * _e(6), _e(1) + 0.1 * _e(4), 4 * _e(1) + 0.1 * _e(7)]
+C0 = [3 * _e(0) + 0.1 * _e(4), 2 * _e(0) + 0.1 * _e(5), _e(0) + 0.1 * _e(6),
+      _e(1) + 0.1 * _e(4), 4 * _e(1) + 0.1 * _e(7)]
 # class 2: nine clients in four direction groups (3, 2, 2, 2) that pair up into two: FINCH's first
 # partition has 4 clusters, its last (coarsest) 2
 C2 = [_e(0) + 0.05 * _e(6), 2 * _e(0) + 0.1 * _e(7), _e(0) + 0.03 * _e(5),
@@ -247,7 +248,8 @@ def test_mean_prototypes_by_hand():
     torch.testing.assert_close(out[1], C1)
     torch.testing.assert_close(out[2], sum(C2) / 9)
     assert torch.isnan(out[3]).all()
-    small = mean_prototypes({0: {1: torch.tensor([1.0, 3.0])}, 1: {1: torch.tensor([3.0, 5.0]), 0: torch.tensor([2.0, 2.0])}},
+    small = mean_prototypes({0: {1: torch.tensor([1.0, 3.0])},
+                             1: {1: torch.tensor([3.0, 5.0]), 0: torch.tensor([2.0, 2.0])}},
                             num_classes=2, dim=2)
     assert small.tolist() == [[2.0, 2.0], [2.0, 4.0]]
 

@@ -109,8 +109,8 @@ def test_lambda_weighs_the_prototype_terms(case):
     z, y, p, terms = case
     today = cpcl_loss(z, y, p.cluster_protos, p.cluster_labels, 0.02) + upcr_loss(z, y, p.unbiased_protos, "mean")
     assert torch.equal(fpl_loss({}, z, y, p), today) and torch.equal(fpl_loss({"lambda": 1.0}, z, y, p), today)
-    assert float(fpl_loss({"lambda": 2.0}, z, y, p)) == pytest.approx(2 * (terms["cpcl_cluster"] + terms["upcr_unbiased"]),
-                                                                     rel=1e-4)
+    assert float(fpl_loss({"lambda": 2.0}, z, y, p)) == pytest.approx(
+        2 * (terms["cpcl_cluster"] + terms["upcr_unbiased"]), rel=1e-4)
 
 
 def test_lambda_by_hand():
@@ -134,7 +134,8 @@ def test_lambda_by_hand():
 
 def test_a_run_recorded_before_fpl_had_lambda_ran_lambda_1(tmp_path):
     """FPL's runs recorded before `lambda` existed (their hparams lack it) are complete for lambda = 1, not for
-    another lambda; a checkpoint's protocol the same; FedPLVM's, which always recorded its lambda, compare as recorded."""
+    another lambda; a checkpoint's protocol the same; FedPLVM's, which always recorded its lambda, compare as
+    recorded."""
     import json
 
     from benchmark.checkpoint import protocol_difference
@@ -145,7 +146,8 @@ def test_a_run_recorded_before_fpl_had_lambda_ran_lambda_1(tmp_path):
     old["hparams"] = {k: v for k, v in old["hparams"].items() if k != "lambda"}
     (tmp_path / "summary.json").write_text(json.dumps({"complete": True, "protocol": old}))
     assert is_complete(tmp_path, protocol(cfg))
-    assert not is_complete(tmp_path, protocol(RunConfig.from_preset("fedplvm-digit5", method="fpl", hparams={"lambda": 2.0})))
+    assert not is_complete(tmp_path, protocol(RunConfig.from_preset("fedplvm-digit5", method="fpl",
+                                                                    hparams={"lambda": 2.0})))
     assert protocol_difference(old, protocol(cfg)) == []
     assert protocol_difference(old, protocol(RunConfig.from_preset("fedplvm-digit5", method="fpl",
                                                                    hparams={"lambda": 2.0}))) != []
@@ -181,7 +183,8 @@ BAD = [
     ("fedproc", "temperature", -1.0),
     ("fedproto", "mu", 0),
     ("fpl", "tau", 0), ("fpl", "tau", -0.02), ("fpl", "tau", "abc"), ("fpl", "lambda", 0), ("fpl", "lambda", True),
-    ("fpl", "cpcl", "False"), ("fpl", "upcr", 1), ("fpl", "upcr_target", "mean"), ("fpl", "cpcl_protos", "local"), ("fpl", "upcr_reduction", "max"),
+    ("fpl", "cpcl", "False"), ("fpl", "upcr", 1), ("fpl", "upcr_target", "mean"), ("fpl", "cpcl_protos", "local"),
+    ("fpl", "upcr_reduction", "max"),
     ("fedopt", "weighting", "clients"), ("moon", "frozen_mode", True), ("moon", "initial_previous", "start"),
     ("moon", "double_forward", "yes"), ("fedproto", "double_forward", 2),
 ] + [(name, "tau", 0) for name in ABLATIONS[1:]]
@@ -209,8 +212,8 @@ def test_mu_of_another_method_is_unknown():
 def test_valid_overrides_are_merged_with_defaults():
     cfg = RunConfig(method="fpl", hparams={"tau": 0.05, "cpcl": False})
     assert cfg.hparams == {**METHODS["fpl"].defaults, "tau": 0.05, "cpcl": False}
-    assert RunConfig(method="fedopt", hparams={"server_momentum": 0}).hparams == {"server_lr": 0.5, "server_momentum": 0,
-                                                                                  "weighting": "uniform"}
+    assert RunConfig(method="fedopt", hparams={"server_momentum": 0}).hparams == {
+        "server_lr": 0.5, "server_momentum": 0, "weighting": "uniform"}
     assert RunConfig(method="moon").hparams == {"mu": 5.0, "temperature": 0.5, "frozen_mode": "train",
                                                 "initial_previous": "own", "double_forward": True}
     assert RunConfig(method="fedavg").hparams == {}

@@ -66,7 +66,8 @@ def make_group(method: str, engine: str, shards, dtype, precision="32-true", lr=
     group = ClientGroup.__new__(ClientGroup)
     # the methods that keep no global model are tested on FedProto's protocol (its cfg; the data here is injected)
     dataset = "digits" if spec.server.averages_weights else "mnist"
-    group.cfg = RunConfig(method=method, dataset=dataset, seed=3, local_epochs=2, batch_size=4, engine=engine, **protocol)
+    group.cfg = RunConfig(method=method, dataset=dataset, seed=3, local_epochs=2, batch_size=4, engine=engine,
+                          **protocol)
     group.device = DEVICE
     mean = sum(SIZES.values()) / len(SIZES)  # the driver's data_share (FedDyn's alpha_k)
     group.clients = [{"id": c, "domain": "usps", "data_share": n / mean} for c, n in SIZES.items()]
@@ -87,7 +88,8 @@ def run_rounds(method, shards, variants, rounds=2, lr=0.05, **protocol):
     torch.manual_seed(0)
     state = {k: v.to(variants[0][1]) for k, v in TinyNet(10).state_dict().items()}
     keys = [k for k, _ in TinyNet(10).named_parameters()]
-    groups = [make_group(method, engine, shards, dtype, precision, lr, **protocol) for engine, dtype, precision in variants]
+    groups = [make_group(method, engine, shards, dtype, precision, lr, **protocol)
+              for engine, dtype, precision in variants]
     rule = spec.server(groups[0].cfg.hparams, 10, TinyNet.feature_dim, 10, keys)  # of 10 rounds: FedProc's weight a > 0
     payload, results = None, [[] for _ in variants]
     if rule.per_client:  # FeSEM: every client's own entry
@@ -139,11 +141,13 @@ def test_fused_equals_sequential_in_float64(method, drop_last, shards):
     """One stack for the 5 clients: at each step the clients that have a batch, one vmapped call per batch size
     (step 1: sizes 4, 3 and 1; step 2: the clients of 10 alone, or with drop_last step 1 the clients of 10 alone),
     the others left untouched."""
-    seq, fused = run_rounds(method, shards, [("sequential", torch.float64, "32-true"), ("fused", torch.float64, "32-true")],
+    seq, fused = run_rounds(method, shards,
+                            [("sequential", torch.float64, "32-true"), ("fused", torch.float64, "32-true")],
                             drop_last=drop_last)
     for (rs, cs_s), (rf, cs_f) in zip(seq, fused):
         spec = METHODS[method]  # the rule's weights: sample counts, or 1 per client (FedOpt, FedDyn)
-        weights = sum(spec.server.client_weight(spec.defaults, n) for n in SIZES.values()) if spec.server.averages_weights else 0
+        weights = (sum(spec.server.client_weight(spec.defaults, n) for n in SIZES.values())
+                   if spec.server.averages_weights else 0)
         assert rs["weight"] == rf["weight"] == weights
         assert sorted(rf["protos"]) == sorted(rf["losses"]) == sorted(SIZES)
         for c in SIZES:
@@ -168,7 +172,8 @@ def test_fused_equals_sequential_when_clients_start_from_their_own_weights(metho
     group = make_group(method, "fused", shards, torch.float64, client_init="own")
     assert [[c["id"] for c in g] for g in group.subgroups(0)] == [[c] for c in SIZES]
     assert [[c["id"] for c in g] for g in group.subgroups(1)] == [list(SIZES)]
-    seq, fused = run_rounds(method, shards, [("sequential", torch.float64, "32-true"), ("fused", torch.float64, "32-true")],
+    seq, fused = run_rounds(method, shards,
+                            [("sequential", torch.float64, "32-true"), ("fused", torch.float64, "32-true")],
                             client_init="own")
     for (rs, cs_s), (rf, cs_f) in zip(seq, fused):
         assert max_rel_diff(rf["sum"], rs["sum"]) < 1e-9
@@ -448,7 +453,8 @@ def test_fused_moon_on_a_channels_last_model_keeps_vmap_tensors_contiguous(shard
 
     def like_cudnn(m, args):
         x = args[0]
-        channels_last = x.dim() == 4 and x.stride() == torch.empty(x.shape).to(memory_format=torch.channels_last).stride()
+        channels_last = (x.dim() == 4
+                         and x.stride() == torch.empty(x.shape).to(memory_format=torch.channels_last).stride())
         x.contiguous(memory_format=torch.channels_last if channels_last else torch.contiguous_format)
         checked.append(all(t.is_contiguous() for t in (*m.parameters(), *m.buffers())))
 
@@ -458,7 +464,8 @@ def test_fused_moon_on_a_channels_last_model_keeps_vmap_tensors_contiguous(shard
     data = [(x[:6], y[:6]) for x, y in (shards[0], shards[2])]
     losses, _ = fit_fused(module, lambda i: module.start_round(0, None, start), data, 1, 4,
                           [torch.Generator().manual_seed(i) for i in range(2)])
-    batch_norms = sum(isinstance(m, nn.BatchNorm2d) for m in module.modules())  # of the trained, global, previous models
+    batch_norms = sum(isinstance(m, nn.BatchNorm2d)
+                      for m in module.modules())  # of the trained, global, previous models
     assert batch_norms == 36 and len(checked) == 2 * batch_norms  # every one in each of 2 steps
     assert all(checked) and all(np.isfinite(losses))
 
@@ -481,7 +488,8 @@ def test_a_client_without_a_batch_is_left_exactly_as_it_was(shards):
         ends = []
         for a in (shards[0], (shards[0][0][:8], shards[0][1][:8])):
             group = make_group(method, "fused", shards, torch.float64)
-            group.clients = [{"id": 0, "domain": "usps", "data_share": 1.2}, {"id": 1, "domain": "usps", "data_share": 0.8}]
+            group.clients = [{"id": 0, "domain": "usps", "data_share": 1.2},
+                             {"id": 1, "domain": "usps", "data_share": 0.8}]
             _, load = fit_fused(group.module, lambda i: group.start_client(group.clients[i], state, None, 0),
                                 [a, shards[1]], 2, 4, [torch.Generator().manual_seed(i) for i in range(2)])
             load(1)
@@ -556,7 +564,8 @@ def test_stacked_sgd_per_parameter_masks_leave_frozen_slices_whatever_their_grad
                 else:
                     grad[i].view(-1)[0] = float("nan") if i else float("inf")  # a frozen slice's gradient
             grads.append(grad)
-        stacked.step(grads, [None if m is None or m == "no gradient" else torch.tensor(m, device=DEVICE) for m in masks])
+        stacked.step(grads, [None if m is None or m == "no gradient" else torch.tensor(m, device=DEVICE)
+                             for m in masks])
         for opt in torch_sgd:
             opt.step()
         for j, (p, mask) in enumerate(zip(params, masks)):
@@ -610,8 +619,8 @@ def test_compiled_one_stack_with_batch_subsets_trains_the_same(shards, monkeypat
     """`--compile` in the one-stack engine: clients of 4, 6 and 5 samples in batches of 4 make calls of three shapes
     (step 0: the three x 4, the whole stack; step 1: the client of 6 x 2 and the client of 5 x 1, views of the
     stack's first and second position, the second at another storage offset, which dynamo must not recompile
-    for), each compiled once (dynamo compiles every shape apart under vmap; past its default limit of 8, which a real round's
-    shapes reach, it would fall back to eager: made an error here), the same training as eager (float64, 1e-9),
+    for), each compiled once (dynamo compiles every shape apart under vmap; past its default limit of 8, which a real
+    round's shapes reach, it would fall back to eager: made an error here), the same training as eager (float64, 1e-9),
     BatchNorm statistics and prototype sums included. Backend aot_eager: dynamo's capture and AOTAutograd's
     functionalisation (ours to get right), not inductor's kernels (torch's; 53 s for the two shapes on this CPU, cold:
     TEST_COMPILE_BACKEND=inductor runs them: done on 2026-11-24, equal to 1e-9)."""

@@ -44,7 +44,8 @@ def test_split_and_join_give_back_the_file(tmp_path):
             shutil.copy(f, there)
     res = kit("join", str(there), str(there / "ray-wheels.tar"), cwd=tmp_path)
     assert res.returncode == 3 and not (there / "ray-wheels.tar").exists()
-    assert res.stderr == "error: 2 of 3 parts of ray-wheels.tar here; carry the folder(s) with part(s) 3 in the next call.\n"
+    assert res.stderr == ("error: 2 of 3 parts of ray-wheels.tar here; carry the folder(s) with part(s) 3 in the "
+                          "next call.\n")
     for f in dirs[2].iterdir():
         shutil.copy(f, there)
     res = kit("join", str(there), str(there / "ray-wheels.tar"), cwd=tmp_path)
@@ -92,7 +93,8 @@ def test_wheels_are_ray_of_this_environment_and_everything_it_needs_that_the_mac
     machine = set(cpython_tags((3, 12), platforms=k.PLATFORMS)) | set(compatible_tags((3, 12), "cp312", k.PLATFORMS))
     assert [n for n, (_, _, tags) in wheels.items() if not tags & machine] == []
     have = k.present()
-    assert {"torch", "lightning", "numpy", "filelock", "packaging", "pyyaml", "aiohttp"} <= have  # aiohttp: fsspec[http]
+    # aiohttp: fsspec[http]
+    assert {"torch", "lightning", "numpy", "filelock", "packaging", "pyyaml", "aiohttp"} <= have
     required_by = {"ray": {"(staging)"}}
     for n, (_, p, _) in wheels.items():
         for r in k.requirements(k.wheel_requires(p), frozenset({"default"} if n == "ray" else ())):
@@ -147,7 +149,8 @@ def test_import_completes_the_provenance_of_a_windows_runs_and_overwrites_no_com
 
     (root / "results/table2.md").write_text("# ours\n")
     again = kit("import", str(tgz), "--commit", commit, "--gpu-run", gpu_run, "--root", str(root), cwd=tmp_path)
-    assert again.returncode == 2 and again.stderr.startswith("error: ") and "moon-office_caltech-default-seed1" in again.stderr
+    assert (again.returncode == 2 and again.stderr.startswith("error: ")
+            and "moon-office_caltech-default-seed1" in again.stderr)
     assert (root / "results/table2.md").read_text() == "# ours\n"  # nothing written
     evil = archive(tmp_path / "evil.tgz", {"results/../../outside.txt": "x"})
     refused = kit("import", str(evil), "--commit", commit, "--gpu-run", gpu_run, "--root", str(root), cwd=tmp_path)

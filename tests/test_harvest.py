@@ -30,7 +30,8 @@ def test_complete_runs_come_with_their_rounds_gzipped_and_nothing_else(tmp_path)
         (runs / name / "model.pt").write_bytes(b"weights")
     for name in ("new-code", "old-code"):
         (runs / name / "summary.json").write_text('{"complete": true}')
-    (runs / "new-code" / "metrics.jsonl.gz").write_bytes(gzip.compress(RECORDS.encode(), compresslevel=9, mtime=0))  # Recorder.finish's
+    (runs / "new-code" / "metrics.jsonl.gz").write_bytes(
+        gzip.compress(RECORDS.encode(), compresslevel=9, mtime=0))  # Recorder.finish's
     done = subprocess.run(["bash", "tools/harvest.sh", str(src)], cwd=dst, capture_output=True, text=True, env=env)
     assert done.returncode == 0, done.stderr
     assert done.stdout.split() == ["new-code", "old-code"]

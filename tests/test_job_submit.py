@@ -47,15 +47,16 @@ def ray_head(tmp_path_factory):
     token_path = tmp / "token"
     token = write_token(token_path)
     names = ["port", "dashboard-port", "node-manager-port", "object-manager-port", "ray-client-server-port",
-             "dashboard-agent-listen-port", "dashboard-agent-grpc-port", "runtime-env-agent-port", "metrics-export-port"]
+             "dashboard-agent-listen-port", "dashboard-agent-grpc-port", "runtime-env-agent-port",
+             "metrics-export-port"]
     ports = dict(zip(names, free_ports(len(names))))
     (tmp / "home").mkdir()
     no_auth = {k: v for k, v in os.environ.items()
                if k not in ("RAY_ADDRESS", "RAY_AUTH_MODE", "RAY_AUTH_TOKEN", "RAY_AUTH_TOKEN_PATH")}
     no_auth.update(PATH=f"{BIN}{os.pathsep}{os.environ['PATH']}", HOME=str(tmp / "home"), RAY_USAGE_STATS_ENABLED="0")
     head_env = {**no_auth, "RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN_PATH": str(token_path)}
-    cmd = [str(BIN / "ray"), "start", "--head", "--block", "--node-ip-address=127.0.0.1", "--num-cpus=3", "--num-gpus=0",
-           "--include-dashboard=true", "--dashboard-host=127.0.0.1", f"--temp-dir={temp_dir}",
+    cmd = [str(BIN / "ray"), "start", "--head", "--block", "--node-ip-address=127.0.0.1", "--num-cpus=3",
+           "--num-gpus=0", "--include-dashboard=true", "--dashboard-host=127.0.0.1", f"--temp-dir={temp_dir}",
            "--min-worker-port=0", "--max-worker-port=0", *[f"--{k}={v}" for k, v in ports.items()]]
     log_path = tmp / "head.log"
     log = open(log_path, "w")
@@ -88,7 +89,8 @@ def entry(data_root: Path, out: Path) -> list[str]:
 
 
 def submit(head, env: dict, job_id: str, data_root: Path, out: Path, timeout: float) -> subprocess.CompletedProcess:
-    """The README's submission: `ray job submit --address http://HEAD:8265 --working-dir . -- python -m ray_jobs.run ...`."""
+    """The README's submission:
+    `ray job submit --address http://HEAD:8265 --working-dir . -- python -m ray_jobs.run ...`."""
     job_env = {"env_vars": {k: os.environ[k] for k in os.environ if k.startswith("WANDB_")}}
     return subprocess.run([str(BIN / "ray"), "job", "submit", "--address", head.address, "--working-dir", str(PROJECT),
                            "--submission-id", job_id, "--runtime-env-json", json.dumps(job_env), "--",

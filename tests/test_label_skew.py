@@ -118,7 +118,8 @@ def test_command_line_and_run_name():
         parse("--preset", "fedplvm-digit5", "--dirichlet-seed", "2")
     with pytest.raises(Exception, match="dirichlet-seed must be a whole number"):
         RunConfig.from_preset("fedplvm-digit5", dirichlet_alpha=0.5, dirichlet_seed=-1)
-    assert parse("--preset", "fedplvm-office10", "--split", "dirichlet", "--dirichlet-alpha", "0.1").dirichlet_alpha == 0.1
+    assert parse("--preset", "fedplvm-office10", "--split", "dirichlet",
+                 "--dirichlet-alpha", "0.1").dirichlet_alpha == 0.1
     assert parse("--preset", "fedplvm-digit5").dirichlet_alpha is None
     with pytest.raises(Exception, match="dirichlet-alpha must be"):
         RunConfig.from_preset("fedplvm-digit5", dirichlet_alpha=0.0)

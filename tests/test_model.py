@@ -33,7 +33,8 @@ def test_parameter_count():
         return cin * cout * 9 + cout * cout * 9 + 2 * 2 * cout + cin * cout + 2 * cout
     head = 512 * 10 + 10
     assert stem + block1 + down(64, 128) + down(128, 256) + down(256, 512) + head == 4_903_242
-    assert sum(b.numel() for n, b in net.named_buffers() if "running" in n) == 2 * (64 + 2 * 64 + 128 * 3 + 256 * 3 + 512 * 3)
+    assert (sum(b.numel() for n, b in net.named_buffers() if "running" in n)
+            == 2 * (64 + 2 * 64 + 128 * 3 + 256 * 3 + 512 * 3))
 
 
 def test_shapes_and_nonnegative_features(images):

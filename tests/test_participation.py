@@ -151,7 +151,8 @@ def test_only_drawn_clients_train_count_and_are_recorded_and_a_resume_draws_the_
 def test_participation_that_draws_every_client_is_participation_one(data_root, tmp_path):
     """A share that rounds to every client trains every client, as participation 1 (today's runs: no draw)."""
     a = run(tiny(data_root, tmp_path / "a", method="feddyn", executor="local", rounds=2), quiet=True)
-    b = run(tiny(data_root, tmp_path / "b", method="feddyn", executor="local", rounds=2, participation=0.95), quiet=True)
+    b = run(tiny(data_root, tmp_path / "b", method="feddyn", executor="local", rounds=2, participation=0.95),
+            quiet=True)
     assert recorded(tmp_path / "a") == recorded(tmp_path / "b")
     assert all(r["trained_clients"] == [0, 1, 2, 3, 4] for r in recorded(tmp_path / "a"))
     assert a["final"] == b["final"]

@@ -103,7 +103,8 @@ def test_transforms():
     torch.testing.assert_close(plain.eval(x), x.float() / 255)
     # the default is FPL's: the same draws and values as augment / normalize
     fpl = Transform()
-    torch.testing.assert_close(fpl.train(x, torch.Generator().manual_seed(3)), augment(x, torch.Generator().manual_seed(3)))
+    torch.testing.assert_close(fpl.train(x, torch.Generator().manual_seed(3)),
+                               augment(x, torch.Generator().manual_seed(3)))
     torch.testing.assert_close(fpl.eval(x), normalize(x))
 
 
@@ -129,8 +130,8 @@ def test_plvm_resnet10_shape_and_parameter_count():
 
 def test_presets_are_the_protocols():
     plvm = RunConfig.from_preset("fedplvm-digit5", seed=4)
-    assert (plvm.dataset, plvm.rounds, plvm.local_epochs, plvm.batch_size, plvm.momentum, plvm.drop_last, plvm.seed) == \
-        ("digit5", 50, 2, 32, 0.5, True, 4)
+    assert (plvm.dataset, plvm.rounds, plvm.local_epochs, plvm.batch_size, plvm.momentum, plvm.drop_last,
+            plvm.seed) == ("digit5", 50, 2, 32, 0.5, True, 4)
     assert RunConfig.from_preset("fedplvm-office10").rounds == 80
     assert plvm.dataset_spec.image_size == 64 and plvm.dataset_spec.model == "resnet10_plvm"
     # FPL's presets are RunConfig's defaults

@@ -73,9 +73,11 @@ def dp_client(**hp) -> FedPLVMClient:
 
 
 def payload(dtype=torch.float32) -> FedPLVMRound:
-    """Round 1's prototypes (non-negative like the post-ReLU features): the alpha-sparsity contrast and the correction."""
+    """Round 1's prototypes (non-negative like the post-ReLU features): the alpha-sparsity contrast and the
+    correction."""
     g = torch.Generator().manual_seed(1)
-    return FedPLVMRound(prototypes=torch.rand(6, 512, generator=g, dtype=dtype), prototype_labels=torch.tensor([0, 0, 1, 2, 2, 3]))
+    return FedPLVMRound(prototypes=torch.rand(6, 512, generator=g, dtype=dtype),
+                        prototype_labels=torch.tensor([0, 0, 1, 2, 2, 3]))
 
 
 def test_clipped_per_sample_gradients_are_per_sample_autograd_clipped():
@@ -175,7 +177,8 @@ def test_prototype_noise_by_hand():
     g = torch.Generator().manual_seed(7)
     n1, n3 = torch.randn(1, 3, generator=g), torch.randn(2, 3, generator=g)
     torch.testing.assert_close(out[1], torch.tensor([[9.0, 0.0, -0.9]]) + 0.05 * n1, rtol=0, atol=1e-7)
-    torch.testing.assert_close(out[3], torch.tensor([[0.9, -1.8, 0.45], [0.0, 3.6, 1.8]]) + 0.05 * n3, rtol=0, atol=1e-7)
+    torch.testing.assert_close(out[3], torch.tensor([[0.9, -1.8, 0.45], [0.0, 3.6, 1.8]]) + 0.05 * n3,
+                               rtol=0, atol=1e-7)
     assert torch.equal(perturb_prototypes(protos, 0.0, 0.1, torch.Generator())[3], 0.9 * protos[3])
     big = perturb_prototypes({0: torch.zeros(200, 512)}, 0.05, 0.1, torch.Generator().manual_seed(0))[0]
     assert float(big.std()) == pytest.approx(0.05, rel=0.01) and abs(float(big.mean())) < 1e-3
@@ -199,7 +202,8 @@ def test_fedplvm_uploads_its_clustered_prototypes_perturbed():
 def test_the_fused_engine_refuses_dp_sgd():
     with pytest.raises(ConfigError, match="ENGINE=sequential"):
         RunConfig.from_preset("fedplvm-digit5", method="fedplvm_dp_both", engine="fused")
-    RunConfig.from_preset("fedplvm-digit5", method="fedplvm_dp_protos", engine="fused")  # prototype noise: either engine
+    # prototype noise: either engine
+    RunConfig.from_preset("fedplvm-digit5", method="fedplvm_dp_protos", engine="fused")
     hp = METHODS["fedplvm_dp_model"].defaults
     assert resolve_engine("auto", torch.device("cuda"), hp) == "sequential"
     assert resolve_engine("auto", torch.device("cuda"), METHODS["fedplvm"].defaults) == "fused"

@@ -24,10 +24,10 @@ from ray_jobs.run import RunError, main, run
 
 PROJECT = Path(__file__).resolve().parent.parent
 # FedDyn keeps state on both sides (h_k per client, the drift on the server): what a resume must carry
-SETTING = dict(method="feddyn", dataset="office_caltech", domains=["webcam", "dslr"], rounds=3, local_epochs=1, client_fraction=0.1, eval_max=30,
-               num_actors=2, driver_cpus=1, cpus_per_actor=1)
-FLAGS = ["--method", "feddyn", "--dataset", "office_caltech", "--domains", "webcam,dslr", "--rounds", "3", "--local-epochs", "1",
-         "--client-fraction", "0.1", "--eval-max", "30", "--num-actors", "2", "--quiet"]
+SETTING = dict(method="feddyn", dataset="office_caltech", domains=["webcam", "dslr"], rounds=3, local_epochs=1,
+               client_fraction=0.1, eval_max=30, num_actors=2, driver_cpus=1, cpus_per_actor=1)
+FLAGS = ["--method", "feddyn", "--dataset", "office_caltech", "--domains", "webcam,dslr", "--rounds", "3",
+         "--local-epochs", "1", "--client-fraction", "0.1", "--eval-max", "30", "--num-actors", "2", "--quiet"]
 
 
 def config(root, out, **kw) -> RunConfig:
@@ -117,7 +117,8 @@ def killed(reference, data_root, tmp_path_factory):
     env = {**os.environ, "RAY_ADDRESS": ray.get_runtime_context().gcs_address, "RAY_AUTH_MODE": "token",
            "PYTHONPATH": str(PROJECT)}
     proc = subprocess.Popen([sys.executable, "-m", "ray_jobs.run", *FLAGS, "--data-root", str(data_root),
-                             "--out", str(out)], env=env, cwd=PROJECT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+                             "--out", str(out)], env=env, cwd=PROJECT, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE)
     try:
         wait_for(lambda: checkpoint.checkpoint_path(out / checkpoint.DIR, 1).exists() or proc.poll() is not None,
                  what="round 1's checkpoint")
@@ -135,7 +136,8 @@ def test_sigkilled_entry_point_resumes_to_identical_metrics(killed, reference, d
     done = [int(p.stem.split("_")[1]) for p in checkpoint.listing(out / checkpoint.DIR)]
     assert 1 <= len(done) <= checkpoint.KEEP and done[0] >= 1  # the latest two at most
     run(config(data_root, out), quiet=True, resume=True)
-    assert f"note: resuming feddyn-office_caltech-no_caltech_amazon-default-seed0 after round {done[0]} of 3" in capsys.readouterr().out
+    assert (f"note: resuming feddyn-office_caltech-no_caltech_amazon-default-seed0 after round {done[0]} of 3"
+            in capsys.readouterr().out)
     assert metrics(out) == metrics(reference)
     assert summary(out) == summary(reference)
     assert json.loads((out / "config.json").read_text())["resumed_after_round"] == done[0]
@@ -165,8 +167,8 @@ def test_nonfinite_loss_stops_naming_round_client_method_and_keeps_the_last_good
     cfg = config(data_root, out, test_faults={"nan_loss": [2, 3]})
     with pytest.raises(RunError) as e:
         run(cfg, quiet=True, resume=True)  # nothing to resume: starts fresh and says so
-    assert f"note: no checkpoint in {out / checkpoint.DIR}; starting feddyn-office_caltech-no_caltech_amazon-default-seed0 from round 0" \
-        in capsys.readouterr().out
+    assert (f"note: no checkpoint in {out / checkpoint.DIR}; starting "
+            "feddyn-office_caltech-no_caltech_amazon-default-seed0 from round 0" in capsys.readouterr().out)
     msg = str(e.value)
     assert msg.startswith("non-finite loss in round 2, client 3 (dslr), method feddyn;")
     assert "nothing of the round was averaged" in msg and "rounds up to 1 (checkpoint)" in msg
@@ -222,7 +224,8 @@ def test_ctrl_c_writes_error_txt_naming_the_kept_rounds_and_keeps_the_checkpoint
     argv = [*FLAGS, "--rounds", "40", "--executor", "local", "--data-root", str(data_root), "--out", str(out)]
     # SIGINT's default action restored in the child: a test process started in the background (nohup, `&`)
     # ignores SIGINT, its children would inherit that and Python would then raise no KeyboardInterrupt
-    proc = subprocess.Popen([sys.executable, "-m", "ray_jobs.run", *argv], env={**os.environ, "PYTHONPATH": str(PROJECT)},
+    proc = subprocess.Popen([sys.executable, "-m", "ray_jobs.run", *argv],
+                            env={**os.environ, "PYTHONPATH": str(PROJECT)},
                             cwd=PROJECT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
                             preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     try:
@@ -277,7 +280,8 @@ def test_checkpoint_every_two_rounds_reads_the_states_from_the_groups_and_resume
         for actor in driver.executor.groups:  # (a run's driver actor takes its client actors with it)
             ray.kill(actor)
     assert ck["states_round"] == 0 and sorted(ck["client_states"]) == list(range(5))
-    for st in ck["client_states"].values():  # h_k after round 0: the client's weight change, not the zeros it started from
+    # h_k after round 0: the client's weight change, not the zeros it started from
+    for st in ck["client_states"].values():
         assert any(bool(h.abs().sum() > 0) for h in st["h"]) and all(bool(torch.isfinite(h).all()) for h in st["h"])
 
     out = tmp_path / "run"

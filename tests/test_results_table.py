@@ -77,10 +77,11 @@ def test_the_tables_not_reported_say_how_many_of_their_runs_are_complete():
     def complete(names):
         return sum((ROOT / "results" / "runs" / n / "summary.json").is_file() for n in names)
 
-    t3 = [f"{m}-{ds}-seed{s}" for m, datasets in (("fpl_upcr_global", ("digits-no_svhn-code", "office_caltech-default")),
-                                                  ("fpl_upcr_only", ("digits-no_svhn-code", "office_caltech-default")),
-                                                  ("fpl_cpcl_only", ("office_caltech-default",)),
-                                                  ("fpl_cpcl_global", ("office_caltech-default",)))
+    t3 = [f"{m}-{ds}-seed{s}"
+          for m, datasets in (("fpl_upcr_global", ("digits-no_svhn-code", "office_caltech-default")),
+                              ("fpl_upcr_only", ("digits-no_svhn-code", "office_caltech-default")),
+                              ("fpl_cpcl_only", ("office_caltech-default",)),
+                              ("fpl_cpcl_global", ("office_caltech-default",)))
           for ds in datasets for s in (0, 1, 2)]
     assert f"{TABLES['3'].title}: {complete(t3)} of its 18 runs complete (`make table3`)" in line
     # FedAPC's tables: a section since their first complete run (2026-11-27), no longer in the line
@@ -109,7 +110,8 @@ def test_the_command_names_the_settings_most_runs_used_and_the_runs_that_differ(
     here from the config files."""
     from benchmark import paper
 
-    cfgs = [json.loads(p.read_text()) for p in (ROOT / "results/runs").glob("*-office_caltech-default-seed*/config.json")]
+    cfgs = [json.loads(p.read_text())
+            for p in (ROOT / "results/runs").glob("*-office_caltech-default-seed*/config.json")]
     cfgs = [c for c in cfgs if c["method"] in paper.TABLE2]  # Table 2's rows (Table 1's ablation runs share the folder)
     engines = {}
     for c in cfgs:
@@ -141,7 +143,8 @@ def test_a_gap_note_names_the_most_specific_notes_first(monkeypatch):
                    "its test set is 32 images (one image is 3.1 points)")
     assert report.gap_note("u", "d", "n", "z", diff=5.0, std=3.0, seeds=3, planned_seeds=3, test_size=None) == \
         "dataset; within two standard deviations of our seeds (± 3.00)"
-    assert report.gap_note("u", "f", "n", "z", diff=5.0, std=1.0, seeds=3, planned_seeds=3, test_size=1000) == "not known"
+    assert report.gap_note("u", "f", "n", "z", diff=5.0, std=1.0, seeds=3, planned_seeds=3, test_size=1000) == \
+        "not known"
 
 
 def test_a_gap_note_keeps_the_notes_for_its_side_and_a_whole_explanation_alone(monkeypatch):
@@ -152,7 +155,8 @@ def test_a_gap_note_keeps_the_notes_for_its_side_and_a_whole_explanation_alone(m
 
     monkeypatch.setattr(report, "GAP_NOTES", {
         ("*", "d", "*", "x"): GapNote("helps when present", side="below"), ("*", "d", "*", "*"): GapNote("any side"),
-        ("*", "d", "m", "*"): GapNote("raises it", side="above"), ("*", "d", "k", "*"): GapNote("at chance", "below", True)})
+        ("*", "d", "m", "*"): GapNote("raises it", side="above"),
+        ("*", "d", "k", "*"): GapNote("at chance", "below", True)})
     def note(method, diff):
         return report.gap_note("t", "d", method, "x", diff=diff, std=0.5, seeds=3, planned_seeds=3, test_size=50)
     assert note("m", -4.0) == "helps when present; any side; its test set is 50 images (one image is 2.0 points)"
@@ -195,10 +199,12 @@ def test_fedopt_note_holds_for_the_paper_and_the_committed_runs():
 
     note = GAP_NOTES[("*", "office_caltech", "fedopt", "amazon")].text
     table = paper.TABLE2
-    assert f"Amazon (by {table['fedavg']['office_caltech']['amazon'] - table['fedopt']['office_caltech']['amazon']:.2f})" \
-        in note
-    assert f"Webcam (by {table['fedopt']['office_caltech']['webcam'] - table['fedavg']['office_caltech']['webcam']:.2f})" \
-        in note
+    assert (f"Amazon (by "
+            f"{table['fedavg']['office_caltech']['amazon'] - table['fedopt']['office_caltech']['amazon']:.2f})"
+            in note)
+    assert (f"Webcam (by "
+            f"{table['fedopt']['office_caltech']['webcam'] - table['fedavg']['office_caltech']['webcam']:.2f})"
+            in note)
     ours = {m: {d: np.mean([json.loads((ROOT / f"results/runs/{m}-office_caltech-default-seed{s}/summary.json")
                                        .read_text())["last5"][d] for s in (0, 1, 2)]) for d in ("amazon", "webcam")}
             for m in ("fedavg", "fedopt")}
@@ -210,8 +216,8 @@ def test_fedopt_note_holds_for_the_paper_and_the_committed_runs():
 
 def test_dp_gap_note_quotes_the_committed_probes():
     """FedPLVM Table 11's DP-SGD note quotes seed-0 probes: their final AVGs are those of the summaries committed in
-    results/measured/fedplvm-dp-probes/ (clipping alone at bound 100; a budget per round at bounds 10 and 100), and those
-    summaries ran what the note says."""
+    results/measured/fedplvm-dp-probes/ (clipping alone at bound 100; a budget per round at bounds 10 and 100), and
+    those summaries ran what the note says."""
     from ray_jobs.tables import GAP_NOTES
 
     note = GAP_NOTES[("*", "digit5", "fedplvm_dp_model", "*")].text

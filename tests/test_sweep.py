@@ -41,7 +41,8 @@ def test_checkpoint_every_and_actor_restarts_are_not_part_of_a_runs_protocol(dat
                 {"checkpoint_every": 10, "actor_restarts": 0})
     assert {(c.checkpoint_every, c.actor_restarts, c.states_every_round) for c in fast} == {(10, 0, False)}
     assert {(c.checkpoint_every, c.actor_restarts, c.states_every_round) for c in plain} == {(1, 3, True)}
-    assert [protocol(c) for c in fast] == [protocol(c) for c in plain] and [c.out for c in fast] == [c.out for c in plain]
+    assert ([protocol(c) for c in fast] == [protocol(c) for c in plain]
+            and [c.out for c in fast] == [c.out for c in plain])
 
 
 def test_sweep_stops_before_any_run_when_a_domain_it_reads_is_absent(data_root, tmp_path, capsys):
@@ -85,7 +86,8 @@ def test_report_has_every_row_beside_the_paper(smoke):
     title = md.splitlines()[0]
     assert "smoke profile" in title and "SMOKE SETTINGS" in title and "without svhn (digits)" in title
     df = pd.read_csv(smoke / "table2.csv")
-    assert sorted(set(zip(df.method, df.dataset))) == sorted((m, d) for m in METHODS for d in ("digits", "office_caltech"))
+    assert sorted(set(zip(df.method, df.dataset))) == sorted((m, d) for m in METHODS
+                                                             for d in ("digits", "office_caltech"))
     assert set(df[df.dataset == "digits"].domain) == {"mnist", "usps", "syn", "AVG of 3"}  # svhn left empty
     assert set(df[df.dataset == "office_caltech"].domain) == {"caltech", "amazon", "webcam", "dslr", "AVG"}
     # paper values from PROTOCOL.md, Table 2
@@ -96,7 +98,8 @@ def test_report_has_every_row_beside_the_paper(smoke):
     assert cell("fedopt", "digits", "AVG of 3")["paper"] == pytest.approx((96.23 + 91.80 + 57.85) / 3)
     # our numbers are the summaries' last-5 means; diff and flag follow
     for m in METHODS:
-        for ds, name in (("digits", f"{m}-digits-no_svhn-code-seed0"), ("office_caltech", f"{m}-office_caltech-default-seed0")):
+        for ds, name in (("digits", f"{m}-digits-no_svhn-code-seed0"),
+                         ("office_caltech", f"{m}-office_caltech-default-seed0")):
             s = json.loads((smoke / "runs" / name / "summary.json").read_text())
             for dom, v in s["last5"].items():
                 c = cell(m, ds, dom if dom != "AVG" or ds == "office_caltech" else "AVG of 3")
@@ -107,7 +110,8 @@ def test_report_has_every_row_beside_the_paper(smoke):
         assert f"| {m} |" in md
     assert "| mnist | usps | svhn | syn | AVG of 3 |" in md
     # provenance: the commit the runs came from and their hardware (no GPU here)
-    head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=Path(__file__).parent, capture_output=True, text=True).stdout
+    head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=Path(__file__).parent, capture_output=True,
+                          text=True).stdout
     assert f"Code: commit {head[:12]}" in md
     assert "Hardware: no GPU; CPU " in md and f"x {os.cpu_count()}; 1 host." in md
 
@@ -210,7 +214,8 @@ def test_report_links_its_figures_and_make_figures_redraws_them(smoke):
     for p in fig_dir.iterdir():
         p.unlink()
     assert cli.main(["all", str(smoke)]) == 0  # `make figures`: from the run folders, no training
-    assert sorted(p.name for p in fig_dir.iterdir()) == expected and all(p.stat().st_size > 5000 for p in fig_dir.iterdir())
+    assert (sorted(p.name for p in fig_dir.iterdir()) == expected
+            and all(p.stat().st_size > 5000 for p in fig_dir.iterdir()))
     assert set(before) == set(expected)
 
 
@@ -226,7 +231,8 @@ def test_sweep_report_run_holds_the_table_and_the_avg_chart(smoke):
     assert set(rows.lineKey) == set(METHODS)
     for m in METHODS:
         metrics = read_jsonl(smoke / "runs" / f"{m}-office_caltech-default-seed0" / "metrics.jsonl")
-        assert rows[rows.lineKey == m].sort_values("step").lineVal.tolist() == pytest.approx([r["accuracy"]["AVG"] for r in metrics])
+        assert rows[rows.lineKey == m].sort_values("step").lineVal.tolist() == pytest.approx(
+            [r["accuracy"]["AVG"] for r in metrics])
 
 
 def test_a_failed_run_frees_its_actors_and_the_sweep_goes_on(ray_cluster, data_root, tmp_path, capsys):
@@ -301,9 +307,9 @@ def test_table_all_runs_every_method_but_the_variants_and_picks_up_a_later_one(d
 
 def test_table_all_smoke_shares_table2_runs_and_reports_communication(smoke, data_root, tmp_path, capsys):
     """`make table-all PROFILE=smoke DATASETS=office_caltech` after `make table2` (a copy of its results, local
-    executor): Table 2's 16 runs are reused, only the other methods run; every method is a row on both datasets with the paper value
-    where FPL's Table 2 has one, and the MB a client uploads and receives per round: ResNet-10's state_dict
-    each way for FedAvg, nothing for Local, only prototypes for FedProto as published."""
+    executor): Table 2's 16 runs are reused, only the other methods run; every method is a row on both datasets
+    with the paper value where FPL's Table 2 has one, and the MB a client uploads and receives per round: ResNet-10's
+    state_dict each way for FedAvg, nothing for Local, only prototypes for FedProto as published."""
     from benchmark.communication import count
     from benchmark.models import ResNet10
     from lightning_modules.registry import METHODS as REGISTRY

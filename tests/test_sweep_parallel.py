@@ -121,7 +121,8 @@ def test_a_failed_worker_does_not_stop_the_others(data_root, tmp_path, capsys, m
     monkeypatch.setenv("WANDB_MODE", "disabled")
     runs = [RunConfig(method="fpl", hparams={"tau": 0.01}, out=str(tmp_path / "fail"), name="fail", rounds=2,
                       data_root=str(data_root), **SMALL),
-            RunConfig(method="fedavg", out=str(tmp_path / "ok"), name="ok", rounds=2, data_root=str(data_root), **SMALL)]
+            RunConfig(method="fedavg", out=str(tmp_path / "ok"), name="ok", rounds=2, data_root=str(data_root),
+                      **SMALL)]
     with pytest.raises(RunError, match=r"^1 of 2 runs failed, no report written: fail \(non-finite loss in round 1"):
         execute(runs, 2)
     assert (tmp_path / "ok" / "summary.json").exists() and not (tmp_path / "fail" / "summary.json").exists()
@@ -149,7 +150,9 @@ def test_ctrl_c_stops_every_worker_and_the_same_sweep_resumes_their_runs(data_ro
         from ray_jobs.config import RunConfig
         from ray_jobs.run import RunError
         from ray_jobs.sweep import execute
-        runs = [RunConfig(method=m, out={str(tmp_path)!r} + "/" + m, name=m, rounds={ROUNDS}, data_root={str(data_root)!r},
+        runs = [RunConfig(method=m, out={str(tmp_path)!r} + "/" + m, name=m, rounds={ROUNDS}, """
+        # the script's line goes on: split here only to keep the source within 120 columns
+        f"""data_root={str(data_root)!r},
                           test_faults={hold!r}, **{SMALL!r}) for m in ("fedavg", "fedprox")]
         try:
             execute(runs, 2)

@@ -83,7 +83,8 @@ def test_report_beside_the_paper(smoke):
                     assert c["diff"] == pytest.approx(c["ours_mean"] - c["paper"], abs=1e-3)
                 # uploads per round by the 20 clients: weights (UPLOADS), a 50-d prototype per class held
                 assert c["params_per_round"] == (20 * UPLOADS[m] if m in UPLOADS else 50 * classes)
-            assert summary["final"]["AVG"] == summary["final"]["prototype" if m.startswith("fedproto") else "classifier"]
+            assert (summary["final"]["AVG"]
+                    == summary["final"]["prototype" if m.startswith("fedproto") else "classifier"])
             # a global model (FedPer's and FedRep's: the body) but under FeSEM, Local and FedProto
             assert (run / "model.pt").exists() == (m in ("fedavg", "fedprox", "fedper", "fedrep"))
     for split in SPLITS.values():
@@ -123,7 +124,8 @@ def test_figure_3_against_samples_per_class(smoke, redrawn):
     got = {(r.method, r.value): r.mean for r in redrawn["samples"].itertuples()}
     assert got == pytest.approx({(m, k): final[m, k]["AVG"] for m in ("fedproto_orig", "fedavg") for k in (60, 100)})
     assert set(redrawn["samples"].domain) == {"AVG"}
-    assert (smoke / "redrawn" / "samples.png").exists() and (smoke / "figures" / "tablefedproto" / "samples.png").exists()
+    assert ((smoke / "redrawn" / "samples.png").exists()
+            and (smoke / "figures" / "tablefedproto" / "samples.png").exists())
     assert set(redrawn["curves"].dataset) == {"3way", "4way-s3"}  # curves per table split, none for Figure 3's k
 
 
@@ -199,7 +201,8 @@ def test_report_run_in_wandb(smoke, data_root, monkeypatch):
     assert set(rows.lineKey) == set(METHODS)
     for m in METHODS:
         metrics = read_jsonl(smoke / "runs" / f"{m}-mnist-4way-seed0" / "metrics.jsonl")
-        assert rows[rows.lineKey == m].sort_values("step").lineVal.tolist() == pytest.approx([r["accuracy"]["AVG"] for r in metrics])
+        assert rows[rows.lineKey == m].sort_values("step").lineVal.tolist() == pytest.approx(
+            [r["accuracy"]["AVG"] for r in metrics])
 
 
 def test_rerun_runs_nothing(smoke, data_root):

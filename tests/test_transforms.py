@@ -111,7 +111,8 @@ def test_augment_draws_uniform_offsets_and_fair_flips():
     chi2 = ((joint - expected) ** 2 / expected).sum().item()
     assert chi2 < 161 + 6 * 18, chi2
     # every image is exactly the crop/flip of the recovered draw
-    ref = torch.stack([_crop_flip_one(img, int(t), int(l), bool(f)) for t, l, f in zip(top[:300], left[:300], flip[:300])])
+    ref = torch.stack([_crop_flip_one(img, int(t), int(l), bool(f))
+                       for t, l, f in zip(top[:300], left[:300], flip[:300])])
     torch.testing.assert_close(out[:300], normalize(ref), rtol=0, atol=0)
 
 

@@ -63,7 +63,8 @@ def main(data_root: str, out_dir: str) -> None:
         while not checkpoint.listing(Path(killed.out) / checkpoint.DIR) and time.monotonic() - t0 < 120:
             time.sleep(0.05)  # round 0 done and its checkpoint written: kill while round 1 trains
         prov = json.loads((Path(killed.out) / "config.json").read_text())["provenance"]
-        info["killed_placement"] = {"driver": prov["driver"]["ray_node"], "actors": [a["ray_node"] for a in prov["actors"]]}
+        info["killed_placement"] = {"driver": prov["driver"]["ray_node"],
+                                    "actors": [a["ray_node"] for a in prov["actors"]]}
         info["checkpoints_at_kill"] = [p.name for p in checkpoint.listing(Path(killed.out) / checkpoint.DIR)]
         cluster.remove_node(second)  # its raylet and every process on it killed
         thread.join(timeout=300)

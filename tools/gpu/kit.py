@@ -87,8 +87,8 @@ def download(requirement, dest: Path) -> Path:
     """One wheel for the machine of a packaging Requirement (not its dependencies), into dest; its path."""
     from packaging.utils import canonicalize_name, parse_wheel_filename
 
-    cmd = [sys.executable, "-m", "pip", "download", "-q", "--no-deps", "--only-binary=:all:", "--python-version", "3.12",
-           "--implementation", "cp", *(f"--platform={p}" for p in PLATFORMS), "-d", str(dest),
+    cmd = [sys.executable, "-m", "pip", "download", "-q", "--no-deps", "--only-binary=:all:", "--python-version",
+           "3.12", "--implementation", "cp", *(f"--platform={p}" for p in PLATFORMS), "-d", str(dest),
            f"{requirement.name}{requirement.specifier}"]
     res = subprocess.run(cmd, capture_output=True, text=True)
     if res.returncode:
@@ -224,7 +224,8 @@ def import_results(tgz: Path, root: Path, commit: str, gpu_run: dict) -> list[st
         cfg["provenance"]["gpu_run"] = gpu_run
         path.write_text(json.dumps(cfg, indent=2) + "\n")
         run = path.parent
-        if (run / "summary.json").exists() and (run / "metrics.jsonl").exists() and not (run / METRICS_ARCHIVE).exists():
+        if ((run / "summary.json").exists() and (run / "metrics.jsonl").exists()
+                and not (run / METRICS_ARCHIVE).exists()):
             pack_metrics(run)
     return runs
 
