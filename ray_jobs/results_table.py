@@ -43,11 +43,12 @@ END = "<!-- results: end -->"
 # (table, the domains we run it on offline (None: all), why a domain is missing)
 OFFLINE_DIGITS = ["mnist", "usps", "syn", "mnistm"]
 PUBLISHED: list[tuple[str, list[str] | None]] = [
-    ("2", OFFLINE_DIGITS), ("1", OFFLINE_DIGITS), ("fedapc", OFFLINE_DIGITS), ("fedplvm12", OFFLINE_DIGITS),
-    ("fedplvm3", OFFLINE_DIGITS), ("fedplvm4", OFFLINE_DIGITS), ("fedplvm5", OFFLINE_DIGITS),
-    ("fedplvm78", OFFLINE_DIGITS), ("fedplvm9", OFFLINE_DIGITS), ("fedplvm10", OFFLINE_DIGITS),
-    ("fedplvm11", OFFLINE_DIGITS), ("fedplvm_t12", OFFLINE_DIGITS), ("fedplvm_fig4a", OFFLINE_DIGITS),
-    ("fedplvm_fig4b", OFFLINE_DIGITS), ("fedplvm_fig5", OFFLINE_DIGITS), ("fedproto", None),
+    ("2", OFFLINE_DIGITS), ("1", OFFLINE_DIGITS), ("3", OFFLINE_DIGITS), ("fedapc", OFFLINE_DIGITS),
+    ("fedplvm12", OFFLINE_DIGITS), ("fedplvm3", OFFLINE_DIGITS), ("fedplvm4", OFFLINE_DIGITS),
+    ("fedplvm5", OFFLINE_DIGITS), ("fedplvm78", OFFLINE_DIGITS), ("fedplvm9", OFFLINE_DIGITS),
+    ("fedplvm10", OFFLINE_DIGITS), ("fedplvm11", OFFLINE_DIGITS), ("fedplvm_t12", OFFLINE_DIGITS),
+    ("fedplvm_fig4a", OFFLINE_DIGITS), ("fedplvm_fig4b", OFFLINE_DIGITS), ("fedplvm_fig5", OFFLINE_DIGITS),
+    ("fedproto", None),
 ]
 MISSING_DATA = {"svhn": "SVHN: only 1,083 of its training images and no test set are available offline",
                 "domainnet": "DomainNet is not available offline"}
