@@ -105,6 +105,16 @@ def setting_line(cfg: RunConfig, domains: list[str], done: list[RunConfig] = ())
             + "".join(f" {d}: {note}." for d, note in STAND_INS.get(cfg.dataset, {}).items() if d in domains))
 
 
+def fig5_lines(table: str, dataset: str, our_avg: dict[str, float]) -> list[str]:
+    """FPL's Fig. 5 as one number (the paper's text): CPCL alone with cluster prototypes minus CPCL alone with global
+    ones, AVG on Office-Caltech, ours beside the paper's; nothing until both rows have a run."""
+    if table != "3" or dataset != "office_caltech" or not {"fpl_cpcl_only", "fpl_cpcl_global"} <= set(our_avg):
+        return []
+    gap = our_avg["fpl_cpcl_only"] - our_avg["fpl_cpcl_global"]
+    return ["", f"Fig. 5 (CPCL only, cluster minus global prototypes, AVG): ours {gap:+.2f}, "
+                f"paper {paper.FIG5_CLUSTER_MINUS_GLOBAL_AVG:+.2f}."]
+
+
 def report(table: str, profile: str, runs: list[RunConfig], results_dir: Path) -> pd.DataFrame:
     """results_dir/table<N>.md and .csv (`report_name`): ours (mean, std over seeds) beside the paper,
     differences, change against FedAvg, rank order, and where the table asks, what a client uploads and
@@ -221,10 +231,7 @@ def report(table: str, profile: str, runs: list[RunConfig], results_dir: Path) -
                 lines.append(f"| {m} | {np.mean(got):.2f} | {'–' if pv is None else f'{pv:.2f}'} |")
         if spec.client_avg is not None:
             lines += client_avg_lines(spec, ds, methods, sub, c0, kept, refs)
-        if table == "3" and ds == "office_caltech" and {"fpl_cpcl_only", "fpl_cpcl_global"} <= set(our_avg):
-            gap = our_avg["fpl_cpcl_only"] - our_avg["fpl_cpcl_global"]
-            lines += ["", f"Fig. 5 (CPCL only, cluster minus global prototypes, AVG): ours {gap:+.2f}, "
-                      f"paper {paper.FIG5_CLUSTER_MINUS_GLOBAL_AVG:+.2f}."]
+        lines += fig5_lines(table, ds, our_avg)
         lines.append("")
     fig_dir = results_dir / "figures" / name
     figs = table_figures(table, [Path(c.out) for c in runs], fig_dir, f"{spec.title}, {profile} profile")
