@@ -182,7 +182,13 @@ def test_each_client_is_tested_by_its_own_prototypes():
     assert torch.equal(own7[0], b) and torch.equal(own7[2], a) and torch.isnan(own7[1]).all()
 
 
-def test_payload_shapes():
-    payload = payload_for({0: {0: torch.ones(5)}, 1: {1: torch.ones(5)}})
-    assert payload.local_protos.shape == (2, 3, 5) and payload.global_protos.shape == (3, 5)
-    assert torch.isnan(payload.global_protos[2]).all()
+def test_payload_values():
+    """Two clients of one class each (0 and 1) in three classes: each client's row holds its own class's prototype
+    and NaN elsewhere; the global table holds each class's (one client's) and NaN for class 2, which no client has."""
+    payload = payload_for({0: {0: torch.ones(5)}, 1: {1: torch.full((5,), 2.0)}})
+    local, glob = payload.local_protos, payload.global_protos
+    assert local.shape == (2, 3, 5) and glob.shape == (3, 5)
+    assert torch.equal(local[0, 0], torch.ones(5)) and torch.equal(local[1, 1], torch.full((5,), 2.0))
+    assert torch.isnan(local[0, 1:]).all() and torch.isnan(local[1, [0, 2]]).all()
+    assert torch.equal(glob[0], torch.ones(5)) and torch.equal(glob[1], torch.full((5,), 2.0))
+    assert torch.isnan(glob[2]).all()

@@ -96,7 +96,7 @@ def test_every_sample_on_one_client_at_most():
 
 def test_share_protocol_clients_are_disjoint(data_root):
     """Under FPL's protocol (several clients a domain, shares drawn at random) the skew draws each client's classes:
-    no sample on two clients, each about int(1% N) samples."""
+    no sample on two clients, int(1% N) samples a client on average (each class's counts rounded up)."""
     cfg = RunConfig.from_preset("fpl-digits", domains=["usps"], seed=0, dirichlet_alpha=0.5)
     clients = plan_run_clients(cfg, data_root)
     idx = np.concatenate([c["indices"] for c in clients])
@@ -104,6 +104,13 @@ def test_share_protocol_clients_are_disjoint(data_root):
     labels = load_domain(data_root, "digits", "usps", need_test=False).train_y
     for c in clients:
         assert np.bincount(labels[c["indices"]], minlength=10).tolist() == c["class_counts"]
+    # the draw by hand: the code split's 20 clients (MNIST 6, USPS 4, SVHN 3, SYN 7), per class p ~ Dirichlet(0.5)
+    # from numpy's legacy stream seeded 0, ceil(p * 20 * 7.2) for USPS's clients 6 to 9 (7.2: int(1% of 7,291) / 10)
+    rng = np.random.RandomState(0)
+    drawn = np.ceil(np.stack([rng.dirichlet(np.full(20, 0.5)) * 20 * 7.2 for _ in range(10)], axis=1))[6:10]
+    assert [c["class_counts"] for c in clients] == drawn.astype(int).tolist()  # USPS has enough of every class
+    sizes = [c["num_samples"] for c in clients]
+    assert len(set(sizes)) > 1 and 4 * 72 <= sum(sizes) < 4 * 72 + 4 * 10  # skewed; 72 each on average, ceil aside
     assert plan_run_clients(cfg, data_root) == clients  # seeded
 
 

@@ -87,10 +87,17 @@ def test_client_fraction_scales_the_per_class_count(data_root):
 
 
 def test_images_resized_to_the_protocol_size(data_root):
+    """FedPLVM's 64 x 64 (its `Resize((64, 64))` on a PIL image, bilinear, then `Grayscale(3)`): USPS's 16 x 16 grey
+    digits within 1 grey level of PIL's bilinear resize (rounding), the grey repeated to three channels."""
+    from PIL import Image
+
     with np.load(data_root / "digits/usps_test.npz") as z:
         x = z["x"][:3]
     t = to_tensor_images(x, 64)
     assert t.shape == (3, 3, 64, 64) and t.dtype == torch.uint8
+    pil = np.stack([np.asarray(Image.fromarray(img[:, :, 0]).resize((64, 64), Image.BILINEAR)) for img in x])
+    assert np.abs(t[:, 0].numpy().astype(int) - pil).max() <= 1
+    assert torch.equal(t[:, 0], t[:, 1]) and torch.equal(t[:, 0], t[:, 2])
 
 
 def test_transforms():
