@@ -66,8 +66,8 @@ HOW_TO_GET = {
     "digits/mnist": "run `make data` (torchvision download) or copy it from ../shared/data",
     "digits/usps": "run `make data` (torchvision download) or copy it from ../shared/data",
     "digits/svhn": (
-        "run `make data` on a machine with internet (torchvision downloads the full SVHN); "
-        "offline, pass --domains without svhn (for example --domains mnist,usps,syn)"
+        "run `make data` on a machine with internet (torchvision downloads the full SVHN), "
+        "or leave svhn out with --domains"
     ),
     "digits/syn": "copy it from ../shared/data (SYN digits, Roy et al. 2018; see docs/running.md, Data)",
     "digits/mnistm": "copy it from ../shared/data (MNIST-M; see docs/running.md, Data)",
@@ -76,7 +76,10 @@ HOW_TO_GET = {
 
 
 class DataError(RuntimeError):
-    """A data root, file or split is missing, corrupt or impossible."""
+    """A data root, file or split is missing, corrupt or impossible. `domains_without`: for a missing domain, the
+    run's other domains (empty when it has no other; None for other errors)."""
+
+    domains_without: list[str] | None = None
 
 
 def _how_to_get(stem: str) -> str:
@@ -292,9 +295,13 @@ def check_domains_present(root: Path, dataset: str, domains: list[str]) -> dict[
     sha256 digests (relative path -> hex digest, from SHA256SUMS)."""
     files = []
     for d in domains:
-        for stem in DATASETS[dataset][d]:
-            if stem is not None:
-                files += archive_files(root, stem)
+        try:
+            files += [f for stem in DATASETS[dataset][d] if stem is not None for f in archive_files(root, stem)]
+        except DataError as e:
+            others = [x for x in domains if x != d]
+            err = DataError(f"{e} Without {d}: --domains {','.join(others)}." if others else str(e))
+            err.domains_without = others  # what a sweep's own hint names
+            raise err from None
     verify_files(root, files)
     sums = read_sums(root / "SHA256SUMS")
     return {rel: sums[rel] for rel in files}

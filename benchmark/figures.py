@@ -324,7 +324,7 @@ def load_model(run_dir: Path):
     path = Path(run_dir) / MODEL_FILE
     if not path.is_file():
         raise FigureError(f"{run_dir} has no {MODEL_FILE}: only a run that finished (with this version) saves its "
-                          "final model; run it again to draw its feature map.")
+                          "final model; finish it (its command with --resume) to draw its feature map.")
     cfg = _config(run_dir)
     spec = DATASET_SPECS[cfg["dataset"]]
     model = build_model(spec.model, spec.num_classes, **cfg.get("model_options", {}))  # (GroupNorm under DP-SGD)

@@ -97,6 +97,12 @@ DATASET_SPECS: dict[str, DatasetSpec] = {
                          transform=Transform(mean=(0.1307,), std=(0.3081,), augment=False)),
 }
 
+def splits_of(dataset: str) -> list[str]:
+    """The client splits a dataset takes: its layouts (SPLITS), the first its default, and "random" (RethinkFL's
+    --rand_dataset) except under an n-way k-shot protocol."""
+    return [*SPLITS[dataset]] + ([] if DATASET_SPECS[dataset].ways else [RANDOM_SPLIT])
+
+
 def client_share(dataset: str, split: str, spec: DatasetSpec) -> float | None:
     """Each client's share of its domain's training set under a share protocol (FPL's): the dataset's `client_pct`,
     divided by the split's scale factor (`SCALED_DIGITS`)."""

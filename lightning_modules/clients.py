@@ -394,7 +394,7 @@ class ClientGroup:
     def non_finite(self, what: str, round_idx: int, c: dict) -> str:
         return (f"non-finite {what} in round {round_idx}, client {c['id']} ({c['domain']}), method {self.cfg.method}; "
                 "its weights were discarded, nothing of the round was averaged and the run stopped. Lower the "
-                "learning rate or raise tau.")
+                "learning rate" + (" or raise tau" if "tau" in METHODS[self.cfg.method].defaults else "") + ".")
 
     def own_model_states(self) -> dict[int, State]:
         """Every client's own model (on the CPU), under a rule that averages no weights."""

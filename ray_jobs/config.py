@@ -19,7 +19,7 @@ from pathlib import Path
 from benchmark.data import DATASETS, TWO_ARCHIVE_SPLIT
 from benchmark.partition import LabelSkew, load_counts
 from benchmark.protocols import (AGGREGATIONS, CLIENT_INITS, DATASET_SPECS, DEFAULT_SPLIT, PRECISIONS, PRESETS,
-                                 RANDOM_SPLIT, SPLITS, ConfigError, DatasetSpec, reference_random_split)
+                                 RANDOM_SPLIT, SPLITS, ConfigError, DatasetSpec, reference_random_split, splits_of)
 from benchmark.results import LAST_K
 from benchmark.sampling import participants
 from lightning_modules.clients import CLIENT_MEMORY, ENGINES
@@ -107,7 +107,14 @@ class RunConfig:
         """The preset's protocol; fields in `overrides` (seed, method, a smaller setting...) win."""
         if preset not in PRESETS:
             raise ConfigError(f"unknown preset {preset!r}; choose one of: {', '.join(PRESETS)}.")
-        return cls(**{**PRESETS[preset], **overrides, "preset": preset})
+        base = PRESETS[preset]
+        dataset = overrides.get("dataset")
+        if dataset in DATASETS and "split" in base and "split" not in overrides and base["split"] not in \
+                splits_of(dataset):  # the preset's split is its own dataset's
+            raise ConfigError(f"preset {preset} is for {base['dataset']} (split {base['split']}), and {dataset} has no "
+                              f"split {base['split']!r}; with --dataset {dataset} name one of its splits with --split "
+                              f"({', '.join(splits_of(dataset))}), or leave --dataset out.")
+        return cls(**{**base, **overrides, "preset": preset})
 
     def __post_init__(self):
         if self.method not in METHODS:
@@ -118,7 +125,7 @@ class RunConfig:
         set_("data_split", TWO_ARCHIVE_SPLIT.get(self.dataset))
         if self.split is None:
             set_("split", DEFAULT_SPLIT[self.dataset])
-        splits = [*SPLITS[self.dataset]] + ([] if self.dataset_spec.ways else [RANDOM_SPLIT])
+        splits = splits_of(self.dataset)
         if self.split not in splits:
             raise ConfigError(f"unknown split {self.split!r} for {self.dataset}; choose one of: {', '.join(splits)}.")
         all_domains = list(DATASETS[self.dataset])
@@ -175,6 +182,9 @@ class RunConfig:
         for name in ("lr", "momentum"):
             if not (getattr(self, name) >= 0 and math.isfinite(getattr(self, name))):
                 raise ConfigError(f"{name} must be a finite number, 0 or more (got {getattr(self, name)}).")
+        if self.momentum >= 1:  # SGD's momentum buffer then never decays: the steps grow without bound
+            raise ConfigError(f"momentum must be below 1 (got {self.momentum}); the papers use 0.9 (FPL, FedAPC) "
+                              "or 0.5 (FedPLVM).")
         if self.out is not None and Path(self.out).exists() and not Path(self.out).is_dir():
             raise ConfigError(f"--out {self.out} is a file; a run writes a folder there: name a new folder (or the "
                               "run folder of a run to resume).")

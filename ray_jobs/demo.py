@@ -13,6 +13,7 @@ from pathlib import Path
 import pandas as pd
 
 from benchmark.figures import DEMO_RUNS, demo_figures
+from ray_jobs.cli import OneLineParser
 from ray_jobs.config import RunConfig
 from ray_jobs.run import DEFAULT_OUT, RunError, run
 
@@ -20,7 +21,10 @@ FIGURES = Path("results/figures/demo")
 DEMO = dict(dataset="office_caltech", rounds=6, local_epochs=5, seed=0, num_actors=2, cpus_per_actor=1)
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
+    OneLineParser(prog="python -m ray_jobs.demo", description=__doc__.split("\n\n")[0] + (
+        f" Takes no options; writes {DEFAULT_OUT}/demo-fedavg-office_caltech, demo-fpl-office_caltech and "
+        f"{FIGURES}/ (replacing an earlier demo's).")).parse_args(argv)  # --help, or one line for an option
     rows = {}
     for method, name in zip(("fedavg", "fpl"), DEMO_RUNS):
         cfg = RunConfig(method=method, name=name, wandb_group="demo", **DEMO)

@@ -89,7 +89,8 @@ def regenerate(results_dirs) -> list[Path]:
 def build_parser() -> OneLineParser:
     ap = OneLineParser(prog="python -m ray_jobs.figures", description=__doc__,
                        formatter_class=argparse.RawDescriptionHelpFormatter)
-    sub = ap.add_subparsers(dest="cmd", required=True)
+    sub = ap.add_subparsers(dest="cmd", required=True, metavar="{tsne,all}",
+                            help="tsne: t-SNE maps of finished runs; all: every figure again from run folders")
     t = sub.add_parser("tsne", help="t-SNE of finished runs' test features, side by side")
     t.add_argument("run_dirs", nargs="+", type=Path, metavar="RUN_DIR")
     t.add_argument("--out", type=Path, default=None,

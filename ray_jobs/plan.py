@@ -100,7 +100,8 @@ def check_data(runs: list[RunConfig], table: str) -> None:
     for (ds, root), doms in {(c.dataset, c.data_root): tuple(c.domains) for c in runs}.items():
         try:
             check_domains_present(Path(root), ds, list(doms))
-        except DataError as e:
-            raise DataError(f"{e} The sweep started no run. To go on without a domain, name the ones to use, "
-                            f"for example DOMAINS={','.join(d for d in doms if d != 'svhn')} "
-                            f"make {make_target(table)}.") from None
+        except DataError as e:  # (a missing domain: it names the --domains to leave it out, which a sweep takes)
+            target, keep = make_target(table), ",".join(e.domains_without or [])
+            own = target in (f"table{table}", f"table-{table}")  # a table of a group (fedplvm_fig4a) has no target
+            raise DataError(f"{e} The sweep started no run" + (
+                f"; with make: DOMAINS={keep} make {target}." if keep and own else ".")) from None

@@ -25,7 +25,7 @@ from benchmark.checkpoint import CheckpointError
 from benchmark.data import DataError, check_domains_present, resolve_data_root
 from benchmark.figures import plot_curves
 from benchmark.partition import plan_clients
-from benchmark.protocols import PRESETS, ConfigError, client_share
+from benchmark.protocols import DATASET_SPECS, PRESETS, ConfigError, client_share, splits_of
 from benchmark.provenance import run_provenance
 from benchmark.results import Recorder, protocol
 from lightning_modules.privacy import model_options
@@ -54,30 +54,42 @@ def parse_hp(items: list[str]) -> dict:
     return out
 
 
+class DefaultsFormatter(argparse.HelpFormatter):
+    """Each option's help ends with its default, unless the help already says it or there is none to say (None:
+    the preset's value, which the help names; a switch's False; --hp's empty list)."""
+
+    def _get_help_string(self, action):
+        if action.default is None or action.default is False or action.default == [] \
+                or action.default == argparse.SUPPRESS or "default" in (action.help or ""):
+            return action.help
+        return f"{action.help} (default: %(default)s)"
+
+
 def build_parser() -> argparse.ArgumentParser:
-    p = OneLineParser(prog="python -m ray_jobs.run", description=__doc__,
-                      formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    p = OneLineParser(prog="python -m ray_jobs.run", description=__doc__, formatter_class=DefaultsFormatter)
     d = RunConfig.__dataclass_fields__
     p.add_argument("--preset", default=None,
                    help=f"a paper's protocol, one of {', '.join(PRESETS)}; the flags below override its values "
                         "(without a preset: FPL's protocol, the defaults shown)")
     p.add_argument("--method", default=d["method"].default, help=f"one of {', '.join(METHODS)}")
-    p.add_argument("--dataset", default=None, help="digits (default), office_caltech, digit5 or office10")
+    p.add_argument("--dataset", default=None,
+                   help=f"one of {', '.join(DATASET_SPECS)} (default: the preset's, else digits)")
     p.add_argument("--split", default=None,
-                   help="client split preset (digits: code [default] or paper); dirichlet: the dataset's default "
-                        "split with FedPLVM's Dirichlet label skew (--dirichlet-alpha, default 0.5)")
+                   help="the clients' layout (default: the preset's, else the dataset's first): "
+                        + "; ".join(f"{ds}: {', '.join(splits_of(ds))}" for ds in DATASET_SPECS)
+                        + f". {DIRICHLET}: the default layout with FedPLVM's Dirichlet label skew "
+                        f"(--dirichlet-alpha, default {DIRICHLET_ALPHA})"),
     p.add_argument("--dirichlet-alpha", type=float, default=None,
                    help="FedPLVM's label skew: each client's class counts drawn from Dirichlet(alpha) (with any split)")
     p.add_argument("--dirichlet-seed", type=int, default=d["dirichlet_seed"].default,
                    help="the seed of that draw (default 0, FedPLVM's code's draw in every run: the seeds then vary "
                         "the training over one draw, as the paper's runs; another value draws other class counts)")
     p.add_argument("--domains", default=None, help="comma-separated subset of the dataset's domains")
-    p.add_argument("--rounds", type=int, default=None, help=f"default {d['rounds'].default}")
-    p.add_argument("--local-epochs", type=int, default=None, help=f"default {d['local_epochs'].default}")
-    p.add_argument("--batch-size", type=int, default=None, help=f"default {d['batch_size'].default}")
-    p.add_argument("--lr", type=float, default=None, help=f"default {d['lr'].default}")
-    p.add_argument("--momentum", type=float, default=None, help=f"default {d['momentum'].default}")
-    p.add_argument("--seed", type=int, default=d["seed"].default)
+    for flag, kind in (("rounds", int), ("local_epochs", int), ("batch_size", int), ("lr", float), ("momentum", float)):
+        p.add_argument(f"--{flag.replace('_', '-')}", type=kind, default=None,
+                       help=f"default: the preset's, else {d[flag].default}")
+    p.add_argument("--seed", type=int, default=d["seed"].default,
+                   help="the run's seed: model initialisation, client shares, batch order, augmentation")
     p.add_argument("--aggregation", default=None,
                    help="how the clients' weights are averaged: samples (by sample count, FPL's) or uniform "
                         "(FedPLVM's)")
@@ -85,7 +97,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="round 0's start: shared (one initialisation, FPL's) or own (one per client, FedPLVM's)")
     p.add_argument("--hp", action="append", default=[], metavar="NAME=VALUE",
                    help="method hyperparameter, e.g. tau=0.02")
-    p.add_argument("--client-fraction", type=float, default=1.0, help="scales every client's sample count")
+    p.add_argument("--client-fraction", type=float, default=1.0,
+                   help="scales every client's sample count, in (0, 1]")
     p.add_argument("--participation", type=float, default=None,
                    help="the share F of the clients that train in each round: max(1, round(F x N)) drawn from (seed, "
                         "round), the same for every method and executor (default: the preset's, else 1: every client)")
@@ -93,15 +106,20 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--eval-every", type=int, default=d["eval_every"].default,
                    help="test after every K-th round (0: none) and after each of the last 5, which the final and "
                         "last-5 metrics read; training is the same whatever K")
-    p.add_argument("--executor", default="ray", choices=["ray", "local"])
+    p.add_argument("--executor", default="ray", choices=["ray", "local"],
+                   help="ray: client actors and a driver actor on a Ray cluster; local: all in this process")
     p.add_argument("--num-actors", type=int, default=d["num_actors"].default, help="client actors (groups of clients)")
     p.add_argument("--spread", action="store_true",
                    help="Ray: place the client actors over as many nodes as possible (SPREAD); default: Ray's "
                         "default scheduling, which fills a node before the next")
-    p.add_argument("--cpus-per-actor", type=float, default=d["cpus_per_actor"].default)
-    p.add_argument("--gpus-per-actor", type=float, default=d["gpus_per_actor"].default, help="fractions share a GPU")
-    p.add_argument("--driver-cpus", type=float, default=d["driver_cpus"].default)
-    p.add_argument("--driver-gpus", type=float, default=d["driver_gpus"].default)
+    p.add_argument("--cpus-per-actor", type=float, default=d["cpus_per_actor"].default,
+                   help="Ray: CPUs each client actor reserves")
+    p.add_argument("--gpus-per-actor", type=float, default=d["gpus_per_actor"].default,
+                   help="Ray: GPUs each client actor reserves (fractions share a GPU)")
+    p.add_argument("--driver-cpus", type=float, default=d["driver_cpus"].default,
+                   help="Ray: CPUs the driver actor reserves")
+    p.add_argument("--driver-gpus", type=float, default=d["driver_gpus"].default,
+                   help="Ray: GPUs the driver actor reserves")
     p.add_argument("--device", default="auto", help="auto, cpu or cuda")
     p.add_argument("--engine", default=d["engine"].default,
                    help="client training: sequential (one client after another), fused (a client group as one "
@@ -124,8 +142,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--name", default=None,
                    help="run name (default method-dataset-split-seed; each --hp away from the method's default before "
                         "-seed, '-alpha0.5')")
-    p.add_argument("--wandb-project", default=d["wandb_project"].default)
-    p.add_argument("--wandb-group", default=None)
+    p.add_argument("--wandb-project", default=d["wandb_project"].default, help="the W&B project of the run")
+    p.add_argument("--wandb-group", default=None, help="its W&B group (default: the dataset)")
     p.add_argument("--quiet", action="store_true", help="no progress bar or per-round lines")
     p.add_argument("--resume", action="store_true",
                    help="continue from the run folder's last checkpoint (a fresh start when it has none)")
@@ -275,6 +293,18 @@ def run_folder(cfg: RunConfig) -> Path:
     return Path(cfg.out) if cfg.out else DEFAULT_OUT / cfg.run_name
 
 
+def check_writable(out: Path) -> None:
+    """Fail before any work when the run folder cannot be made: it is made, and what did not exist removed again."""
+    missing = [p for p in [out, *out.parents] if not p.exists()]  # the deepest first
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise ConfigError(f"the run folder {out} cannot be made ({e.strerror}); name a folder you can write to with "
+                          "--out.") from None
+    for p in missing:
+        p.rmdir()
+
+
 def plan_run_clients(cfg: RunConfig, root: Path | None = None) -> list[dict]:
     """Every client of the run (id, domain, training indices, sample count; under an n-way k-shot split also
     its classes and test indices), as the dataset's protocol partitions it."""
@@ -299,9 +329,10 @@ def run(cfg: RunConfig, quiet: bool = False, resume: bool = False,
     short = [c for c in clients if cfg.drop_last and c["num_samples"] < cfg.batch_size]
     if short:
         raise ConfigError(f"client {short[0]['id']} ({short[0]['domain']}) has {short[0]['num_samples']} samples, no "
-                          f"full batch of {cfg.batch_size} with drop_last; use a smaller --batch-size or a larger "
-                          "--client-fraction.")
+                          f"full batch of {cfg.batch_size} with drop_last; use a smaller --batch-size"
+                          + (" or a larger --client-fraction." if cfg.client_fraction < 1 else "."))
     out = run_folder(cfg)
+    check_writable(out)
     ckpt_dir = out / checkpoint.DIR
     start = None
     if resume:
@@ -414,6 +445,11 @@ def main(argv: list[str] | None = None) -> int:
         if (out / "summary.json").exists():  # a finished run (a table's, committed): never replaced from here
             raise ConfigError(f"{out} holds a finished run (its summary.json), which this run would replace; name "
                               "another folder with --out, or delete that one to run it again.")
+        last = checkpoint.newest_round(out / checkpoint.DIR)
+        if last is not None and not args.resume:  # an interrupted run: its checkpoints are never deleted from here
+            raise ConfigError(f"{out} holds an interrupted run (its newest checkpoint after round {last}); continue "
+                              f"it with --resume, or start it afresh by deleting {out / checkpoint.DIR} (or name "
+                              "another folder with --out).")
         summary = run(cfg, quiet=args.quiet, resume=args.resume, resume_hint=hint)
     except (ConfigError, HyperparameterError, DataError, RunError, CheckpointError) as e:
         print(f"error: {e}", file=sys.stderr)

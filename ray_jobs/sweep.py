@@ -387,7 +387,7 @@ def main(argv: list[str] | None = None) -> int:
         try:
             seeds = [int(s) for s in args.seeds.split(",")] if args.seeds else None
         except ValueError:
-            raise ConfigError(f"--seeds takes comma-separated integers (got {args.seeds!r}).") from None
+            raise ConfigError(f"--seeds takes comma-separated integers, e.g. 0,1,2 (got {args.seeds!r}).") from None
         datasets = args.datasets.split(",") if args.datasets else None
         try:
             values = [float(v) for v in args.values.split(",")] if args.values else None

@@ -32,6 +32,14 @@ def test_unknown_dataset(capsys, tmp_path, data_root):
     assert "unknown dataset 'cifar'" in err and "office_caltech" in err
 
 
+def test_a_preset_with_another_dataset_names_the_presets_split(capsys, tmp_path, data_root):
+    err = fails(capsys, ["--preset", "fedproto-mnist-n3", "--dataset", "office_caltech", "--data-root",
+                         str(data_root)], tmp_path)
+    assert err == ("error: preset fedproto-mnist-n3 is for mnist (split 3way), and office_caltech has no split "
+                   "'3way'; with --dataset office_caltech name one of its splits with --split (default, fedapc, "
+                   "random), or leave --dataset out.\n")
+
+
 def test_unknown_split(capsys, tmp_path, data_root):
     err = fails(capsys, ["--split", "mine", "--data-root", str(data_root)], tmp_path)
     assert "unknown split 'mine' for digits" in err and "code" in err and "paper" in err
@@ -97,8 +105,14 @@ def test_missing_domain_file(capsys, tmp_path, data_root):
     """The shared data has no full SVHN: all four Digits domains cannot run, and the message says what to do."""
     err = fails(capsys, ["--dataset", "digits", "--data-root", str(data_root), *SMALL], tmp_path)
     assert "missing data file" in err and "digits/svhn_train.npz" in err
-    assert "make data" in err and "--domains" in err
+    assert "make data" in err and err.endswith(" Without svhn: --domains mnist,usps,syn.\n")
     assert not (tmp_path / "config.json").exists()
+
+
+def test_missing_svhn_names_the_other_domains_of_the_dataset_run(capsys, tmp_path, data_root):
+    """Digit-5 without SVHN keeps MNIST-M: the hint names the run's own other domains, not Digits'."""
+    err = fails(capsys, ["--preset", "fedplvm-digit5", "--data-root", str(data_root), *SMALL], tmp_path)
+    assert err.endswith(" Without svhn: --domains mnist,usps,syn,mnistm.\n")
 
 
 def _copy_root(src, dst, names):
@@ -158,6 +172,7 @@ def test_split_asks_more_than_the_domain_has(capsys, tmp_path, data_root, monkey
     (["--seed", "-1"], "seed must be 0 or more (got -1)."),
     (["--lr", "-0.01"], "lr must be a finite number, 0 or more (got -0.01)."),
     (["--momentum", "nan"], "momentum must be a finite number, 0 or more (got nan)."),
+    (["--momentum", "5"], "momentum must be below 1 (got 5.0); the papers use 0.9 (FPL, FedAPC) or 0.5 (FedPLVM)."),
     (["--cpus-per-actor", "-1"], "cpus-per-actor must be a finite number, 0 or more (got -1.0)."),
     (["--gpus-per-actor", "inf"], "gpus-per-actor must be a finite number, 0 or more (got inf)."),
     (["--gpus-per-actor", "1.5"], "gpus-per-actor 1.5: Ray gives a process a fraction of one GPU (at most 1) or whole "
@@ -169,6 +184,28 @@ def test_bad_flag_one_line_code_2(capsys, tmp_path, data_root, argv, expected):
     assert expected in err
     assert "usage:" not in err and "Traceback" not in err
     assert not (tmp_path / "config.json").exists()
+
+
+def test_out_where_no_folder_can_be_made(capsys, tmp_path, data_root):
+    """A run folder under a file cannot be made: one line naming it, before any work; nothing is left behind."""
+    (tmp_path / "notes.txt").write_text("mine")
+    err = fails(capsys, ["--data-root", str(data_root), "--domains", "usps", *SMALL], tmp_path / "notes.txt" / "run")
+    assert err == (f"error: the run folder {tmp_path / 'notes.txt' / 'run'} cannot be made (Not a directory); name a "
+                   "folder you can write to with --out.\n")
+    assert (tmp_path / "notes.txt").read_text() == "mine"
+
+
+def test_a_refused_run_leaves_no_folder_it_made_for_the_check(capsys, tmp_path, data_root, monkeypatch):
+    """The check that the run folder can be made removes what it made: a run refused after it (an unreachable Ray
+    head, found when the run starts Ray) leaves no empty folders."""
+    with socket.socket() as s:  # a port nobody listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    monkeypatch.setenv("RAY_ADDRESS", f"127.0.0.1:{port}")
+    out = tmp_path / "a" / "b" / "run"
+    assert main(["--dataset", "office_caltech", "--data-root", str(data_root), *SMALL[:-2], "--executor", "ray",
+                 "--out", str(out)]) == 2
+    assert "is unreachable" in capsys.readouterr().err and not (tmp_path / "a").exists()
 
 
 def test_out_naming_a_file_leaves_the_file(capsys, tmp_path, data_root):
@@ -286,6 +323,19 @@ def test_help_exits_zero(capsys):
     assert "--local-epochs" in capsys.readouterr().out
 
 
+def test_the_demo_answers_help_without_training(capsys, tmp_path, monkeypatch):
+    """`python -m ray_jobs.demo --help` prints what the demo does and writes, and starts nothing (it once ran the
+    whole demo, whatever its arguments)."""
+    from ray_jobs import demo
+
+    monkeypatch.setattr(demo, "run", lambda *a, **k: pytest.fail("the demo started a run"))
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(SystemExit) as e:
+        demo.main(["--help"])
+    assert e.value.code == 0
+    assert "usage: python -m ray_jobs.demo [-h]" in capsys.readouterr().out and not list(tmp_path.iterdir())
+
+
 def test_a_run_that_reserves_no_gpu_on_a_cluster_with_gpus_is_told_so():
     from ray_jobs.run import unused_gpus_note
 
@@ -308,10 +358,13 @@ def test_a_run_that_reserves_no_gpu_on_a_cluster_with_gpus_is_told_so():
                                      "'small'); see `python -m ray_jobs.bench --help`."),
     ("figures", ["tsne"], "error: the following arguments are required: RUN_DIR; see "
                           "`python -m ray_jobs.figures tsne --help`."),
-    ("figures", ["draw"], "error: argument cmd: invalid choice: 'draw' (choose from 'tsne', 'all'); see "
+    ("figures", ["draw"], "error: argument {tsne,all}: invalid choice: 'draw' (choose from 'tsne', 'all'); see "
                           "`python -m ray_jobs.figures --help`."),
+    ("figures", [], "error: the following arguments are required: {tsne,all}; see `python -m ray_jobs.figures "
+                    "--help`."),
     ("results_table", ["--wirte"], "error: unrecognized arguments: --wirte; see "
                                    "`python -m ray_jobs.results_table --help`."),
+    ("demo", ["--rounds", "3"], "error: unrecognized arguments: --rounds 3; see `python -m ray_jobs.demo --help`."),
 ])
 def test_every_command_line_answers_bad_flags_with_one_line(capsys, tmp_path, command, argv, expected):
     """Each `python -m ray_jobs.X` answers a bad flag with one line naming it and its --help, no usage block,

@@ -147,3 +147,14 @@ def test_a_dry_run_lists_the_runs_to_make_and_where_each_resumes(tmp_path, data_
     assert main(committed) == 0
     assert capsys.readouterr().out.splitlines()[0] == ("dry run of --table 2 (full profile): 1 of 1 runs already "
                                                        "complete; it would make 0.")
+
+
+def test_every_variable_of_the_table_targets_is_documented():
+    """Each variable the Makefile's table targets pass to the sweep is shown (`VAR=...`) on docs/running.md, whose
+    sweep options list them (five were missing on 2026-11-28)."""
+    makefile = (ROOT / "Makefile").read_text()
+    recipe = makefile[makefile.index("$(TABLES): $(STAMP)"):]
+    recipe = recipe[:recipe.index("\n\n")] if "\n\n" in recipe else recipe
+    used = sorted(set(re.findall(r"\$\(([A-Z_]+)\)", recipe)) - {"PY", "TABLES", "STAMP"})
+    page = (ROOT / "docs" / "running.md").read_text()
+    assert len(used) >= 15 and not [v for v in used if not re.search(rf"[` ]{v}=", page)], used

@@ -140,6 +140,7 @@ def test_nonfinite_loss_stops_the_run(ray_cluster, data_root, tmp_path):
         run(cfg, quiet=True)
     assert not (out / "summary.json").exists()
     assert "non-finite loss in round 1" in (out / "error.txt").read_text()
+    assert "Lower the learning rate or raise tau." in (out / "error.txt").read_text()  # FPL's tau
     assert [r["round"] for r in read_jsonl(out / "metrics.jsonl")] == [0]
 
 

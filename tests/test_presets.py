@@ -166,8 +166,15 @@ def test_drop_last_with_a_client_smaller_than_a_batch_is_refused(data_root, tmp_
 
     cfg = RunConfig.from_preset("fedplvm-digit5", method="fedavg", domains=["usps"], client_fraction=0.2,
                                 executor="local", data_root=str(data_root), out=str(tmp_path / "r"))
-    with pytest.raises(ConfigError, match=r"20 samples, no full batch of 32 with drop_last"):
+    with pytest.raises(ConfigError, match=r"20 samples, no full batch of 32 with drop_last; use a smaller "
+                                          r"--batch-size or a larger --client-fraction\.$"):
         run(cfg, quiet=True)
+    assert not (tmp_path / "r").exists()
+    # at the whole share, only a smaller batch helps
+    office = RunConfig.from_preset("fedplvm-office10", method="fedavg", dataset="office_caltech", executor="local",
+                                   data_root=str(data_root), out=str(tmp_path / "r"))
+    with pytest.raises(ConfigError, match=r"no full batch of 32 with drop_last; use a smaller --batch-size\.$"):
+        run(office, quiet=True)
     assert not (tmp_path / "r").exists()
 
 

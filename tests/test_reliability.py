@@ -207,11 +207,20 @@ def test_driver_killed_or_entry_point_interrupted_names_the_exact_resume_command
     assert "The run folder keeps its rounds up to" in err[0] and err[0].endswith(f"to continue, {resume}.")
     assert not (out / "summary.json").exists()
 
+    # the same command without --resume is refused: the interrupted run's checkpoints are kept
+    kept = checkpoint.listing(out / checkpoint.DIR)
+    assert kept and main(argv) == 2
+    assert capsys.readouterr().err == (f"error: {out} holds an interrupted run (its newest checkpoint after round "
+                                       f"{checkpoint.newest_round(out / checkpoint.DIR)}); continue it with --resume, "
+                                       f"or start it afresh by deleting {out / 'checkpoints'} (or name another "
+                                       "folder with --out).\n")
+    assert checkpoint.listing(out / checkpoint.DIR) == kept
+
     def interrupted(*args, **kwargs):
         raise KeyboardInterrupt
 
     monkeypatch.setattr("ray_jobs.run.run", interrupted)
-    assert main(argv) == 130
+    assert main([*argv, "--resume"]) == 130
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("error: interrupted;") and err[0].endswith(f"To continue, {resume}")
 

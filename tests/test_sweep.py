@@ -50,6 +50,11 @@ def test_sweep_stops_before_any_run_when_a_domain_it_reads_is_absent(data_root, 
                  "--executor", "local"]) == 2
     assert re.search(r"svhn_train\.npz.*started no run.*DOMAINS=mnist,usps,syn make table2", capsys.readouterr().err)
     assert not (tmp_path / "runs").exists()
+    # a table of a group has no make target of its own: the hint is the --domains the sweep takes, nothing more
+    assert main(["--table", "fedplvm_fig4a", "--profile", "smoke", "--results-dir", str(tmp_path), "--data-root",
+                 str(data_root), "--executor", "local"]) == 2
+    assert capsys.readouterr().err.endswith("Without svhn: --domains mnist,usps,syn,mnistm. The sweep started no "
+                                            "run.\n")
 
 
 def test_a_sweep_checks_only_the_data_of_the_runs_it_makes(data_root, tmp_path):
@@ -163,7 +168,7 @@ def test_a_partial_sweep_runs_what_it_names_and_reports_every_complete_run(smoke
     for bad, message in ((["--methods", "fedx"], "method(s) ['fedx'] not in table 2 at the smoke profile; choose from "
                                                  "fedavg, fedprox"),
                          (["--seeds", "1"], "seed(s) [1] not in table 2 at the smoke profile; choose from 0."),
-                         (["--seeds", "one"], "--seeds takes comma-separated integers (got 'one')."),
+                         (["--seeds", "one"], "--seeds takes comma-separated integers, e.g. 0,1,2 (got 'one')."),
                          (["--datasets", "mnist"], "dataset(s) ['mnist'] not in table 2")):
         assert main([*args, *bad]) == 2
         err = capsys.readouterr().err
