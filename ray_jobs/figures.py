@@ -122,7 +122,9 @@ def main(argv: list[str] | None = None) -> int:
                 raise FigureError(f"{', '.join(absent)}: no such folder; name results folders that hold table "
                                   "reports (table*.md and runs/), e.g. results.")
             files = regenerate(dirs)
-            print(f"written {len(files)} figure files" + "".join(f"\n  {f}" for f in files))
+            print(f"written {len(files)} figure files" + "".join(f"\n  {f}" for f in files) + (
+                "" if files else f" ({', '.join(map(str, dirs))}: no table report (table*.md) with its runs, and no "
+                                 "demo run folders; `figures tsne RUN_DIR` draws a run's own map)"))
     except (FigureError, DataError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

@@ -170,7 +170,7 @@ def config_from_args(args) -> RunConfig:
     make = (lambda **kw: RunConfig.from_preset(args.preset, **kw)) if args.preset else RunConfig
     return make(
         **given, method=args.method,
-        domains=args.domains.split(",") if args.domains else None,
+        domains=args.domains.split(",") if args.domains is not None else None,
         seed=args.seed, dirichlet_seed=args.dirichlet_seed, hparams=parse_hp(args.hp),
         client_fraction=args.client_fraction, eval_max=args.eval_max, eval_every=args.eval_every,
         executor=args.executor, num_actors=args.num_actors, spread=args.spread, cpus_per_actor=args.cpus_per_actor,

@@ -381,7 +381,7 @@ def main(argv: list[str] | None = None) -> int:
         if results_dir.exists() and not results_dir.is_dir():
             raise ConfigError(f"--results-dir {results_dir} is a file; a sweep writes its run folders and reports "
                               "under a folder there: name a folder (new or results/).")
-        runs = {t: plan(t, args.profile, args.domains.split(",") if args.domains else None, results_dir,
+        runs = {t: plan(t, args.profile, args.domains.split(",") if args.domains is not None else None, results_dir,
                         args.data_root, extra) for t in tables}
         methods = args.methods.split(",") if args.methods else None
         try:

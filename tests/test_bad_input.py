@@ -156,6 +156,7 @@ def test_split_asks_more_than_the_domain_has(capsys, tmp_path, data_root, monkey
 
 @pytest.mark.parametrize("argv,expected", [
     (["--domains", "mnist,kodak"], "unknown domain(s) ['kodak'] for digits; choose from: mnist, usps, svhn, syn."),
+    (["--domains", ""], "unknown domain(s) [''] for digits; choose from: mnist, usps, svhn, syn."),  # not: all
     (["--local-epochs", "0"], "local epochs must be at least 1 (got 0)."),
     (["--client-fraction", "0"], "client fraction must be in (0, 1] (got 0.0)."),
     (["--client-fraction", "1.5"], "client fraction must be in (0, 1] (got 1.5)."),

@@ -152,6 +152,14 @@ def test_regenerate_of_a_folder_that_is_not_there_says_so(tmp_path, capsys):
                                        "table reports (table*.md and runs/), e.g. results.\n")
 
 
+def test_regenerate_of_a_folder_without_reports_says_why_nothing_was_drawn(tmp_path, capsys):
+    (tmp_path / "runs" / "a-run").mkdir(parents=True)  # run folders, but no table report
+    assert cli.main(["all", str(tmp_path)]) == 0
+    assert capsys.readouterr().out == (f"written 0 figure files ({tmp_path}: no table report (table*.md) with its "
+                                       "runs, and no demo run folders; `figures tsne RUN_DIR` draws a run's own "
+                                       "map)\n")
+
+
 def test_tsne_of_a_run_without_a_model_says_so(constructed, capsys):
     run_dir = constructed[("fpl", 0)][0]
     assert cli.main(["tsne", str(run_dir)]) == 2
