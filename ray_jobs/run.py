@@ -250,6 +250,18 @@ def unused_gpus_note(cfg: RunConfig, have: dict) -> str | None:
     return None
 
 
+def ray_only_note(cfg: RunConfig) -> str | None:
+    """A note when a run without Ray is given what only Ray reads: where its actors go and what they reserve."""
+    defaults = RunConfig.__dataclass_fields__
+    given = [f"--{name.replace('_', '-')}" for name in ("spread", "cpus_per_actor", "gpus_per_actor", "driver_gpus")
+             if getattr(cfg, name) != defaults[name].default]
+    if cfg.executor != "local" or not given:
+        return None
+    return (f"note: {', '.join(given)} place{'s' if len(given) == 1 else ''} Ray's actors; the local executor runs "
+            "every client group in this process and ignores " + ("it" if len(given) == 1 else "them")
+            + " (--device picks its device).")
+
+
 _NOTES_SAID: set[str] = set()  # each note once per process (a sweep checks every run)
 
 
@@ -450,6 +462,8 @@ def main(argv: list[str] | None = None) -> int:
             raise ConfigError(f"{out} holds an interrupted run (its newest checkpoint after round {last}); continue "
                               f"it with --resume, or start it afresh by deleting {out / checkpoint.DIR} (or name "
                               "another folder with --out).")
+        if note := ray_only_note(cfg):
+            print(note, flush=True)
         summary = run(cfg, quiet=args.quiet, resume=args.resume, resume_hint=hint)
     except (ConfigError, HyperparameterError, DataError, RunError, CheckpointError) as e:
         print(f"error: {e}", file=sys.stderr)

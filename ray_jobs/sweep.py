@@ -50,7 +50,7 @@ from ray_jobs.config import RunConfig
 from ray_jobs.plan import check_data, check_no_finished_run_replaced, plan, reported_runs, select
 from ray_jobs.progress import SweepProgress
 from ray_jobs.report import log_wandb, report
-from ray_jobs.run import RunError, gpus_needed, init_ray, run, run_gpu_shares
+from ray_jobs.run import RunError, gpus_needed, init_ray, ray_only_note, run, run_gpu_shares
 from ray_jobs.tables import GROUPS, PROFILES, TABLES, report_name
 
 GPU_PARALLEL = 4  # local runs at once on a GPU by default; see local_concurrency
@@ -402,7 +402,10 @@ def main(argv: list[str] | None = None) -> int:
                                     list({c.out: c for t in tables for c in chosen[t]}.values()), args.parallel)))
             return 0
         if not args.report_only:
-            execute(list({c.out: c for t in tables for c in chosen[t]}.values()), args.parallel)  # a shared run once
+            todo = list({c.out: c for t in tables for c in chosen[t]}.values())  # a run shared by tables: once
+            if todo and (note := ray_only_note(todo[0])):
+                print(note, flush=True)
+            execute(todo, args.parallel)
         dfs, unreported = {}, []
         for t in tables:
             runs[t] = reported_runs(runs[t])  # a run made on fewer domains (--domains) stands in for a missing one

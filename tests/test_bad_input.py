@@ -348,6 +348,17 @@ def test_a_run_that_reserves_no_gpu_on_a_cluster_with_gpus_is_told_so():
     assert unused_gpus_note(shared, {"CPU": 32, "GPU": 4}) is None
 
 
+def test_a_run_without_ray_given_rays_placement_is_told_so():
+    from ray_jobs.run import ray_only_note
+
+    assert ray_only_note(RunConfig(executor="local", spread=True, gpus_per_actor=0.5)) == (
+        "note: --spread, --gpus-per-actor place Ray's actors; the local executor runs every client group in this "
+        "process and ignores them (--device picks its device).")
+    assert ray_only_note(RunConfig(executor="local", cpus_per_actor=2)).startswith("note: --cpus-per-actor places")
+    assert ray_only_note(RunConfig(executor="local", num_actors=3, driver_cpus=2)) is None  # (both read locally)
+    assert ray_only_note(RunConfig(executor="ray", spread=True)) is None
+
+
 @pytest.mark.parametrize("command, argv, expected", [
     ("bench", ["--device", "tpu"], "error: unknown device 'tpu'; choose one of: auto, cpu, cuda (or cuda:N); see "
                                    "`python -m ray_jobs.bench --help`."),
