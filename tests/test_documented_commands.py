@@ -19,6 +19,11 @@ PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 PLACEHOLDERS = {"<method>": "fedavg", "--method NAME": "--method fedavg", "--table N": "--table 2",
                 "RUN_DIR [RUN_DIR ...]": "results/runs/a results/runs/b", "RUN_DIR ...": "results/runs/a",
                 "[RESULTS_DIR ...]": "results"}
+# run flags whose value is the RunConfig field of the same name, as typed (--split dirichlet, --domains, --hp and
+# --device auto are translated, so they are left out)
+PLAIN_FIELDS = {"method", "dataset", "rounds", "local_epochs", "batch_size", "lr", "momentum", "seed", "executor",
+                "num_actors", "engine", "precision", "eval_every", "eval_max", "participation", "client_fraction",
+                "checkpoint_every", "client_memory", "preset", "dirichlet_alpha", "gpus_per_actor", "driver_gpus"}
 COMMAND = re.compile(r"python -m ray_jobs\.(run|sweep|bench|figures|results_table)\b([^#`|]*)")
 MAKE = re.compile(r"((?:[A-Z_]+=\S+ )*)make (table[-a-z0-9]*)((?: [A-Z_]+=[^\s`|\"]+)*)")
 TABLE_TARGETS = re.search(r"^TABLES := (.*)$", (ROOT / "Makefile").read_text(), re.M).group(1).split()
@@ -78,6 +83,12 @@ def test_a_documented_run_command_makes_its_config(page, argv):
     cfg = config_from_args(build_parser().parse_args(argv))
     if "--method" in argv:
         assert cfg.method == argv[argv.index("--method") + 1], page
+    # every plain `--flag value` the page shows is the config's value (typed as the field), the preset's aside
+    for flag, value in zip(argv, argv[1:]):
+        name = flag.removeprefix("--").replace("-", "_")
+        if flag.startswith("--") and not value.startswith("--") and name in PLAIN_FIELDS:
+            field = getattr(cfg, name)
+            assert field == type(field)(value), (page, flag, value, field)
 
 
 @pytest.mark.parametrize("page, kind, argv", [c for c in COMMANDS if c[1] in ("bench", "figures", "results_table")],
