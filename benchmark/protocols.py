@@ -97,6 +97,7 @@ DATASET_SPECS: dict[str, DatasetSpec] = {
                          transform=Transform(mean=(0.1307,), std=(0.3081,), augment=False)),
 }
 
+
 def splits_of(dataset: str) -> list[str]:
     """The client splits a dataset takes: its layouts (SPLITS), the first its default, and "random" (RethinkFL's
     --rand_dataset) except under an n-way k-shot protocol."""
