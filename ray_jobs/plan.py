@@ -21,6 +21,18 @@ def domains_for(dataset: str, requested: list[str] | None) -> list[str]:
     return mine or list(DATASETS[dataset])
 
 
+def check_table_domains(name: str, tables, profile: str, requested_domains: list[str] | None) -> None:
+    """Refuse --domains naming a domain that none of the tables swept (`name`: a table or a group) reads: it would
+    leave nothing out and make nothing, silently (Table 2 has no MNIST-M)."""
+    datasets = list(dict.fromkeys(PRESETS[p]["dataset"] for t in tables for _, p in TABLES[t].row_list(profile)))
+    theirs = list(dict.fromkeys(d for ds in datasets for d in DATASETS[ds]))
+    foreign = [d for d in requested_domains or [] if d not in theirs and d in {x for v in DATASETS.values() for x in v}]
+    if foreign:
+        raise ConfigError(f"--table {name} reads no {', '.join(foreign)}: its datasets ({', '.join(datasets)}) have "
+                          f"the domains {', '.join(theirs)}; leave {'it' if len(foreign) == 1 else 'them'} out of "
+                          "--domains.")
+
+
 def plan(table: str, profile: str, requested_domains: list[str] | None, results_dir: Path, data_root: str | None,
          extra: dict | None = None, find_data: bool = True) -> list[RunConfig]:
     """Every run of the table, for each row its grid's values (a grid table) and seeds (its data is checked by

@@ -47,7 +47,8 @@ from lightning_modules.clients import CLIENT_MEMORY
 from ray_jobs import report_fedproto, report_grid
 from ray_jobs.cli import OneLineParser
 from ray_jobs.config import RunConfig
-from ray_jobs.plan import check_data, check_no_finished_run_replaced, plan, reported_runs, select
+from ray_jobs.plan import (check_data, check_no_finished_run_replaced, check_table_domains, plan, reported_runs,
+                           select)
 from ray_jobs.progress import SweepProgress
 from ray_jobs.report import log_wandb, report
 from ray_jobs.run import RunError, gpus_needed, init_ray, ray_only_note, run, run_gpu_shares
@@ -381,8 +382,9 @@ def main(argv: list[str] | None = None) -> int:
         if results_dir.exists() and not results_dir.is_dir():
             raise ConfigError(f"--results-dir {results_dir} is a file; a sweep writes its run folders and reports "
                               "under a folder there: name a folder (new or results/).")
-        runs = {t: plan(t, args.profile, args.domains.split(",") if args.domains is not None else None, results_dir,
-                        args.data_root, extra) for t in tables}
+        domains = args.domains.split(",") if args.domains is not None else None
+        check_table_domains(args.table, tables, args.profile, domains)
+        runs = {t: plan(t, args.profile, domains, results_dir, args.data_root, extra) for t in tables}
         methods = args.methods.split(",") if args.methods else None
         try:
             seeds = [int(s) for s in args.seeds.split(",")] if args.seeds else None

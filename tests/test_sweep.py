@@ -57,6 +57,19 @@ def test_sweep_stops_before_any_run_when_a_domain_it_reads_is_absent(data_root, 
                                             "run.\n")
 
 
+def test_a_domain_none_of_the_tables_reads_is_refused(data_root, tmp_path, capsys):
+    """Table 2 has no MNIST-M: naming it would leave nothing out and make nothing; a group reads the union of its
+    tables' domains (FedPLVM's: Digit-5's and Office-10's)."""
+    assert main(["--table", "2", "--domains", "mnist,usps,syn,mnistm", "--results-dir", str(tmp_path),
+                 "--data-root", str(data_root), "--dry-run"]) == 2
+    assert capsys.readouterr().err == ("error: --table 2 reads no mnistm: its datasets (digits, office_caltech) have "
+                                       "the domains mnist, usps, svhn, syn, caltech, amazon, webcam, dslr; leave it "
+                                       "out of --domains.\n")
+    assert main(["--table", "fedplvm", "--domains", "mnist,usps,syn,mnistm,caltech", "--results-dir", str(tmp_path),
+                 "--data-root", str(data_root), "--dry-run"]) == 0
+    assert not (tmp_path / "runs").exists()
+
+
 def test_a_sweep_checks_only_the_data_of_the_runs_it_makes(data_root, tmp_path):
     """Office-Caltech's runs of Table 2 need no Digits file: the missing SVHN stops nothing (as a new user tries it,
     with and without --domains)."""
