@@ -21,16 +21,16 @@ def domains_for(dataset: str, requested: list[str] | None) -> list[str]:
     return mine or list(DATASETS[dataset])
 
 
-def check_table_domains(name: str, tables, profile: str, requested_domains: list[str] | None) -> None:
-    """Refuse --domains naming a domain that none of the tables swept (`name`: a table or a group) reads: it would
-    leave nothing out and make nothing, silently (Table 2 has no MNIST-M)."""
+def foreign_domains_note(name: str, tables, profile: str, requested_domains: list[str] | None) -> str | None:
+    """A note when --domains names a domain that none of the tables swept (`name`: a table or a group) reads: it
+    changes nothing there (Table 2 has no MNIST-M; one DOMAINS for a group's tables is fine)."""
     datasets = list(dict.fromkeys(PRESETS[p]["dataset"] for t in tables for _, p in TABLES[t].row_list(profile)))
     theirs = list(dict.fromkeys(d for ds in datasets for d in DATASETS[ds]))
-    foreign = [d for d in requested_domains or [] if d not in theirs and d in {x for v in DATASETS.values() for x in v}]
-    if foreign:
-        raise ConfigError(f"--table {name} reads no {', '.join(foreign)}: its datasets ({', '.join(datasets)}) have "
-                          f"the domains {', '.join(theirs)}; leave {'it' if len(foreign) == 1 else 'them'} out of "
-                          "--domains.")
+    foreign = [d for d in requested_domains or [] if d not in theirs]
+    if not foreign:
+        return None
+    return (f"note: --table {name} reads no {', '.join(foreign)} (its datasets {', '.join(datasets)} have "
+            f"{', '.join(theirs)}): --domains changes nothing there for {'it' if len(foreign) == 1 else 'them'}.")
 
 
 def plan(table: str, profile: str, requested_domains: list[str] | None, results_dir: Path, data_root: str | None,

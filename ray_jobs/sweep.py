@@ -47,7 +47,7 @@ from lightning_modules.clients import CLIENT_MEMORY
 from ray_jobs import report_fedproto, report_grid
 from ray_jobs.cli import OneLineParser
 from ray_jobs.config import RunConfig
-from ray_jobs.plan import (check_data, check_no_finished_run_replaced, check_table_domains, plan, reported_runs,
+from ray_jobs.plan import (check_data, check_no_finished_run_replaced, foreign_domains_note, plan, reported_runs,
                            select)
 from ray_jobs.progress import SweepProgress
 from ray_jobs.report import log_wandb, report
@@ -383,8 +383,9 @@ def main(argv: list[str] | None = None) -> int:
             raise ConfigError(f"--results-dir {results_dir} is a file; a sweep writes its run folders and reports "
                               "under a folder there: name a folder (new or results/).")
         domains = args.domains.split(",") if args.domains is not None else None
-        check_table_domains(args.table, tables, args.profile, domains)
         runs = {t: plan(t, args.profile, domains, results_dir, args.data_root, extra) for t in tables}
+        if note := foreign_domains_note(args.table, tables, args.profile, domains):
+            print(note, file=sys.stderr)
         methods = args.methods.split(",") if args.methods else None
         try:
             seeds = [int(s) for s in args.seeds.split(",")] if args.seeds else None
