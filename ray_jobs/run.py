@@ -314,7 +314,10 @@ def check_writable(out: Path) -> None:
         raise ConfigError(f"the run folder {out} cannot be made ({e.strerror}); name a folder you can write to with "
                           "--out.") from None
     for p in missing:
-        p.rmdir()
+        try:
+            p.rmdir()
+        except OSError:  # another run (a parallel sweep's) made its own folder in it meanwhile: it stays
+            break
 
 
 def plan_run_clients(cfg: RunConfig, root: Path | None = None) -> list[dict]:
