@@ -98,7 +98,9 @@ def test_parallel_2_gives_the_numbers_of_one_run_at_a_time_with_both_in_flight(d
         peaks.append(peak["driver"]["peak_rss_mib"])
     # (the lower bound allows 64 MiB of this process's memory freed after rss_before: seen 4.8 MiB in CI)
     assert rss_before - 64 <= min(peaks) and max(peaks) <= hwm_before - TRANSIENT_MIB / 2
-    assert peaks[-1] <= hwm_after + 0.1  # (rounded to 0.1 MiB)
+    # (the kernel counts a resident set approximately, in per-CPU or per-thread batches of pages, so two reads of one
+    # peak can differ: seen 0.2 MiB in CI; 4 MiB allowed)
+    assert peaks[-1] <= hwm_after + 4
     for n in RUNS:  # each run says how many CPU threads it trained on: its driver_cpus' (1), in or out of a worker
         assert [provenance(tmp_path / x / "runs" / n)["driver"]["torch_threads"] for x in ("one", "two")] == [1, 1]
     assert start_a < end_b and start_b < end_a, "the two runs were not in flight at the same time"
