@@ -79,7 +79,9 @@ class DataError(RuntimeError):
     """A data root, file or split is missing, corrupt or impossible. `domains_without`: for a missing domain, the
     run's other domains (empty when it has no other; None for other errors)."""
 
-    domains_without: list[str] | None = None
+    def __init__(self, message: str, domains_without: list[str] | None = None):
+        super().__init__(message)
+        self.domains_without = domains_without
 
 
 def _how_to_get(stem: str) -> str:
@@ -299,9 +301,8 @@ def check_domains_present(root: Path, dataset: str, domains: list[str]) -> dict[
             files += [f for stem in DATASETS[dataset][d] if stem is not None for f in archive_files(root, stem)]
         except DataError as e:
             others = [x for x in domains if x != d]
-            err = DataError(f"{e} Without {d}: --domains {','.join(others)}." if others else str(e))
-            err.domains_without = others  # what a sweep's own hint names
-            raise err from None
+            raise DataError(f"{e} Without {d}: --domains {','.join(others)}." if others else str(e),
+                            domains_without=others) from None  # a sweep's own hint names them
     verify_files(root, files)
     sums = read_sums(root / "SHA256SUMS")
     return {rel: sums[rel] for rel in files}

@@ -108,12 +108,6 @@ class RunConfig:
         if preset not in PRESETS:
             raise ConfigError(f"unknown preset {preset!r}; choose one of: {', '.join(PRESETS)}.")
         base = PRESETS[preset]
-        dataset = overrides.get("dataset")
-        if dataset in DATASETS and "split" in base and "split" not in overrides and base["split"] not in \
-                splits_of(dataset):  # the preset's split is its own dataset's
-            raise ConfigError(f"preset {preset} is for {base['dataset']} (split {base['split']}), and {dataset} has no "
-                              f"split {base['split']!r}; with --dataset {dataset} name one of its splits with --split "
-                              f"({', '.join(splits_of(dataset))}), or leave --dataset out.")
         return cls(**{**base, **overrides, "preset": preset})
 
     def __post_init__(self):
@@ -127,6 +121,11 @@ class RunConfig:
             set_("split", DEFAULT_SPLIT[self.dataset])
         splits = splits_of(self.dataset)
         if self.split not in splits:
+            preset = PRESETS.get(self.preset, {})
+            if self.split == preset.get("split") and self.dataset != preset["dataset"]:  # the preset's, for its dataset
+                raise ConfigError(f"preset {self.preset} is for {preset['dataset']} (split {self.split}), and "
+                                  f"{self.dataset} has no split {self.split!r}; with --dataset {self.dataset} name one "
+                                  f"of its splits with --split ({', '.join(splits)}), or leave --dataset out.")
             raise ConfigError(f"unknown split {self.split!r} for {self.dataset}; choose one of: {', '.join(splits)}.")
         all_domains = list(DATASETS[self.dataset])
         if self.domains is None:
