@@ -33,7 +33,7 @@ def git_state() -> dict:
     """The project's commit and whether its code differs from it (None outside a git checkout). Run outputs under
     results/ do not count: a sweep's own new run folders would otherwise mark every later run of it dirty."""
     def git(*args):
-        return subprocess.run(["git", "-C", str(PROJECT_ROOT), *args], capture_output=True, text=True, timeout=10)
+        return subprocess.run(["git", "-C", str(PROJECT_ROOT), *args], capture_output=True, text=True, timeout=60)
 
     try:
         head = git("rev-parse", "HEAD")

@@ -61,14 +61,16 @@ RESUME_HINT = "run the same sweep command again (it resumes its interrupted runs
 def concurrency(todo: list[RunConfig], asked: int | None) -> tuple[int, str]:
     """How many of these runs go at once, and why (the sweep's plan line says it)."""
     c = todo[0]
-    n, why = ray_concurrency(c, asked) if c.executor == "ray" else local_concurrency(c, asked, len(todo))
+    if c.executor == "ray":
+        n, why = ray_concurrency(c, asked, init_ray(c).cluster_resources())
+    else:
+        n, why = local_concurrency(c, asked, len(todo), c.device != "cpu" and torch.cuda.is_available())
     return min(n, len(todo)), why
 
 
-def ray_concurrency(c: RunConfig, asked: int | None) -> tuple[int, str]:
-    """As many runs at once as fit whole (a run holds its driver and all its actors for its whole life, so runs that
-    only partly fit could wait on each other forever), at most `asked`."""
-    have = init_ray(c).cluster_resources()
+def ray_concurrency(c: RunConfig, asked: int | None, have: dict) -> tuple[int, str]:
+    """As many runs at once as fit whole in the Ray cluster's resources `have` (a run holds its driver and all its
+    actors for its whole life, so runs that only partly fit could wait on each other forever), at most `asked`."""
     cpus = c.driver_cpus + c.num_actors * c.cpus_per_actor
     fit = math.floor(have.get("CPU", 0) / cpus)
     shares = run_gpu_shares(c)
@@ -81,14 +83,14 @@ def ray_concurrency(c: RunConfig, asked: int | None) -> tuple[int, str]:
     return min(asked or fit, fit), why
 
 
-def local_concurrency(c: RunConfig, asked: int | None, runs: int) -> tuple[int, str]:
-    """--parallel, else 1 without a GPU (the plan line then says how many of the `runs` would fit the CPU threads) and
-    GPU_PARALLEL on one: on one H100, 4 Office-Caltech runs at once took 314 to 342 s each against 261 s for FPL
-    alone, about 3x the throughput of one at a time, and 7 at once 2.5 to 3x (2026-11-24,
+def local_concurrency(c: RunConfig, asked: int | None, runs: int, cuda: bool) -> tuple[int, str]:
+    """--parallel, else 1 without a GPU to train on (`cuda`; the plan line then says how many of the `runs` would
+    fit the CPU threads) and GPU_PARALLEL with one: on one H100, 4 Office-Caltech runs at once took 314 to 342 s
+    each against 261 s for FPL alone, about 3x the throughput of one at a time, and 7 at once 2.5 to 3x (2026-11-24,
     results/perf/h100-2026-11-24/README.md); more runs only add GPU memory and CPU contention."""
     if asked:
         why = f"--parallel {asked}"
-    elif c.device != "cpu" and torch.cuda.is_available():
+    elif cuda:
         asked, why = GPU_PARALLEL, (f"default on a GPU: {GPU_PARALLEL} runs at once gave about 3x the throughput of "
                                     "one on an H100; --parallel N to change")
     else:

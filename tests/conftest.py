@@ -4,6 +4,7 @@ written to $HOME)."""
 from __future__ import annotations
 
 import os
+import re
 import secrets
 from pathlib import Path
 
@@ -95,6 +96,33 @@ def make_data_root(src: Path, dst: Path) -> Path:
 def full_digits_root(data_root, tmp_path_factory) -> Path:
     """Data root whose Digits has all four domains (SVHN from the 1,083-image file, see make_data_root)."""
     return make_data_root(data_root, tmp_path_factory.mktemp("data_root"))
+
+
+# a line Ray's driver prints by itself, from a thread, whenever its cluster has news: "(raylet) Warning: ... cannot be
+# scheduled right now", "(autoscaler +3s) ...", an actor's "(ClientActor pid=123) ..." (colour codes around the prefix)
+RAY_LINE = re.compile(r"^(?:\x1b\[[0-9;]*m)*\((?:raylet|autoscaler \+[^)\n]*|[^()\n]*pid=\d+[^()\n]*)\)"
+                      r"(?:\x1b\[[0-9;]*m)* .*\n?", re.M)
+
+
+class WithoutRayLines:
+    """pytest's capsys, with the lines Ray's driver prints by itself left out of what `readouterr` returns: they
+    land, asynchronously, in whichever test is running (a raylet warning once broke a test that reads one error
+    line), and none is this project's output."""
+
+    def __init__(self, capsys):
+        self._capsys = capsys
+
+    def readouterr(self):
+        got = self._capsys.readouterr()
+        return got._replace(out=RAY_LINE.sub("", got.out), err=RAY_LINE.sub("", got.err))
+
+    def __getattr__(self, name):
+        return getattr(self._capsys, name)
+
+
+@pytest.fixture
+def capsys(capsys):
+    return WithoutRayLines(capsys)
 
 
 @pytest.fixture(scope="session")

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import shutil
 import socket
+import sys
 
 import numpy as np
 import pytest
@@ -390,3 +391,18 @@ def test_every_command_line_answers_bad_flags_with_one_line(capsys, tmp_path, co
     assert e.value.code == 2
     assert capsys.readouterr().err.strip() == expected
     assert not (tmp_path / "perf").exists()
+
+
+def test_what_ray_prints_by_itself_is_not_read_as_our_output(capsys):
+    """The suite's capsys (conftest's WithoutRayLines) leaves out the lines Ray's driver prints from its threads, as
+    Ray's own printer writes them (prefix, colour codes), and keeps ours, parentheses and pids included."""
+    from ray._private.worker import print_to_stdstream
+
+    print("error: the run asks for 3 CPUs (pid=12 left alone)")
+    print_to_stdstream({"lines": ["Warning: The following resource request cannot be scheduled right now."],
+                        "pid": "raylet", "is_err": False}, ignore_prefix=False)
+    print_to_stdstream({"lines": ["round 1 done"], "pid": 4321, "actor_name": "ClientActor", "is_err": True,
+                        "ip": "10.0.0.2", "localhost": "10.0.0.1"}, ignore_prefix=False)
+    print("[fpl] round 1/2 (ETA 00:10)", file=sys.stderr)
+    out, err = capsys.readouterr()
+    assert (out, err) == ("error: the run asks for 3 CPUs (pid=12 left alone)\n", "[fpl] round 1/2 (ETA 00:10)\n")

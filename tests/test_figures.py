@@ -11,6 +11,7 @@ import io
 import json
 import struct
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -20,6 +21,7 @@ from benchmark import figures, paper
 from benchmark.data import eval_subset, load_domain
 from benchmark.results import MODEL_FILE, Recorder
 from ray_jobs import figures as cli
+from ray_jobs import progress
 from ray_jobs.config import RunConfig
 from ray_jobs.progress import RunProgress, SweepProgress
 from ray_jobs.run import run
@@ -187,14 +189,18 @@ def test_run_progress_plain_lines_when_not_a_terminal():
     assert lines[2].endswith("ETA 00:00)")
 
 
-def test_a_resumed_runs_progress_counts_its_own_rounds():
-    """A run resumed after 7 of its 10 rounds shows rounds 8 to 10 of 10, its time left from the rounds it trained."""
+def test_a_resumed_runs_progress_counts_its_own_rounds(monkeypatch):
+    """A run resumed after 7 of its 10 rounds shows rounds 8 to 10 of 10, its time left from the rounds it trained
+    (its clock here a fake one: the first round it trains takes 30 s)."""
+    clock = [1000.0]
+    monkeypatch.setattr(progress, "time", SimpleNamespace(monotonic=lambda: clock[0]))
     out, term = io.StringIO(), Terminal()
     plain, bar = RunProgress("demo", 10, stream=out, first=7), RunProgress("demo", 10, stream=term, first=7)
+    clock[0] += 30
     for p in (plain, bar):
         p.update(fake_round(7, 10.0))
     lines = out.getvalue().splitlines()
-    assert lines[0].startswith("[demo] round 8/10  loss 0.5000") and "ETA 00:00)" in lines[0]  # 2 rounds of ~0 s
+    assert lines[0].startswith("[demo] round 8/10  loss 0.5000") and lines[0].endswith("ETA 01:00)")  # 2 of 30 s
     assert term.getvalue().split("\r")[-1].startswith("demo 8/10 rounds |")
     for p in (plain, bar):
         p.update(fake_round(8, 10.0))

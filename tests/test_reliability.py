@@ -234,7 +234,7 @@ def test_ctrl_c_writes_error_txt_naming_the_kept_rounds_and_keeps_the_checkpoint
     # SIGINT's default action restored in the child: a test process started in the background (nohup, `&`)
     # ignores SIGINT, its children would inherit that and Python would then raise no KeyboardInterrupt
     proc = subprocess.Popen([sys.executable, "-m", "ray_jobs.run", *argv],
-                            env={**os.environ, "PYTHONPATH": str(PROJECT)},
+                            env={**os.environ, "PYTHONPATH": str(PROJECT), "WANDB_MODE": "disabled"},  # no W&B
                             cwd=PROJECT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
                             preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     try:
