@@ -3,6 +3,7 @@ to a token-protected Ray head on 127.0.0.1 succeeds with the token (the run writ
 refused without it or with a wrong one; a driver without the token gets a one-line error."""
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import secrets
@@ -49,29 +50,35 @@ def ray_head(tmp_path_factory):
     names = ["port", "dashboard-port", "node-manager-port", "object-manager-port", "ray-client-server-port",
              "dashboard-agent-listen-port", "dashboard-agent-grpc-port", "runtime-env-agent-port",
              "metrics-export-port"]
-    ports = dict(zip(names, free_ports(len(names))))
     (tmp / "home").mkdir()
     no_auth = {k: v for k, v in os.environ.items()
                if k not in ("RAY_ADDRESS", "RAY_AUTH_MODE", "RAY_AUTH_TOKEN", "RAY_AUTH_TOKEN_PATH")}
     no_auth.update(PATH=f"{BIN}{os.pathsep}{os.environ['PATH']}", HOME=str(tmp / "home"), RAY_USAGE_STATS_ENABLED="0")
     head_env = {**no_auth, "RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN_PATH": str(token_path)}
-    cmd = [str(BIN / "ray"), "start", "--head", "--block", "--node-ip-address=127.0.0.1", "--num-cpus=3",
-           "--num-gpus=0", "--include-dashboard=true", "--dashboard-host=127.0.0.1", f"--temp-dir={temp_dir}",
-           "--min-worker-port=0", "--max-worker-port=0", *[f"--{k}={v}" for k, v in ports.items()]]
-    log_path = tmp / "head.log"
-    log = open(log_path, "w")
-    proc = subprocess.Popen(cmd, env=head_env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-    address = f"http://127.0.0.1:{ports['dashboard-port']}"
-    deadline = time.time() + 120
-    while time.time() < deadline:
-        ok = subprocess.run([str(BIN / "ray"), "job", "list", "--address", address], env=head_env,
-                            capture_output=True, timeout=60)
-        if ok.returncode == 0:
+    # a port found free can be taken by another process (the other test worker's Ray or W&B) before the head binds
+    # it: the head then exits, and starts once more on fresh ports
+    for attempt in (1, 2):
+        ports = dict(zip(names, free_ports(len(names))))
+        cmd = [str(BIN / "ray"), "start", "--head", "--block", "--node-ip-address=127.0.0.1", "--num-cpus=3",
+               "--num-gpus=0", "--include-dashboard=true", "--dashboard-host=127.0.0.1", f"--temp-dir={temp_dir}",
+               "--min-worker-port=0", "--max-worker-port=0", *[f"--{k}={v}" for k, v in ports.items()]]
+        log_path = tmp / f"head{attempt}.log"
+        log = open(log_path, "w")
+        proc = subprocess.Popen(cmd, env=head_env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        address = f"http://127.0.0.1:{ports['dashboard-port']}"
+        deadline, up = time.time() + 120, False
+        while time.time() < deadline and proc.poll() is None and not up:
+            up = subprocess.run([str(BIN / "ray"), "job", "list", "--address", address], env=head_env,
+                                capture_output=True, timeout=60).returncode == 0
+            time.sleep(0 if up else 2)
+        if up and proc.poll() is None:
             break
-        assert proc.poll() is None, log_path.read_text()
-        time.sleep(2)
-    else:
-        pytest.fail("the Ray head did not come up:\n" + log_path.read_text()[-3000:])
+        exited = proc.poll() is not None
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)  # what it started before it exited
+        log.close()
+        if attempt == 2 or not exited:
+            pytest.fail("the Ray head did not come up:\n" + log_path.read_text()[-3000:])
     yield SimpleNamespace(address=address, gcs=f"127.0.0.1:{ports['port']}", token=token, no_auth=no_auth)
     os.killpg(proc.pid, signal.SIGTERM)
     try:
