@@ -2,6 +2,7 @@
 Ray installable offline on the lent GPU machine (Python 3.12, x86-64 Linux) with `pip install --no-deps`."""
 from __future__ import annotations
 
+import base64
 import gzip
 import hashlib
 import importlib.util
@@ -10,6 +11,8 @@ import shutil
 import socket
 import subprocess
 import sys
+import tarfile
+import zipfile
 from importlib import metadata
 from pathlib import Path
 
@@ -158,3 +161,87 @@ def test_import_completes_the_provenance_of_a_windows_runs_and_overwrites_no_com
     assert not (tmp_path / "outside.txt").exists()
     short = kit("import", str(tgz), "--commit", "e115dcb", "--gpu-run", gpu_run, "--root", str(root), cwd=tmp_path)
     assert short.returncode == 2 and "40-digit commit" in short.stderr
+
+
+def wheel(dest: Path, name: str) -> Path:
+    """A pure-Python wheel of package `name` 1.0 (VALUE = 1), as a build backend writes one."""
+    files = {f"{name}/__init__.py": b"VALUE = 1\n",
+             f"{name}-1.0.dist-info/METADATA": f"Metadata-Version: 2.1\nName: {name}\nVersion: 1.0\n".encode(),
+             f"{name}-1.0.dist-info/WHEEL": b"Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\n"
+                                            b"Tag: py3-none-any\n"}
+    b64 = lambda data: base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()  # noqa: E731
+    record = "".join(f"{p},sha256={b64(d)},{len(d)}\n" for p, d in files.items()) + f"{name}-1.0.dist-info/RECORD,,\n"
+    path = dest / f"{name}-1.0-py3-none-any.whl"
+    with zipfile.ZipFile(path, "w") as z:
+        for p, d in {**files, f"{name}-1.0.dist-info/RECORD": record.encode()}.items():
+            z.writestr(p, d)
+    return path
+
+
+def test_stage_on_the_machine_gathers_rays_parts_over_two_calls_then_installs_and_checks_ray(tmp_path):
+    """`bash tools/gpu/on-device.sh stage` as the runbook's calls run it, here (KIT_HOME a temporary folder, this
+    environment's Python as the machine's): call 1 carries the first data folder, finch-clust's wheel (a stand-in
+    wheel) and Ray's first part; call 2 the second data folder and part, while a detached job runs. After call 1:
+    the data and the code are in place, the wheel installed, the part kept for the next call, nothing of Ray's
+    installed. After call 2: both data folders merged, the code left as it was (a job reads it), the parts joined,
+    Ray's wheels (a stand-in) installed and the parts removed, then Ray checked: on this machine, without a GPU,
+    its one-line error."""
+    proj, home = tmp_path / "proj", tmp_path / "home"
+    (proj / "tools" / "gpu").mkdir(parents=True)
+    for f in ("kit.py", "on-device.sh"):
+        shutil.copy(KIT.parent / f, proj / "tools" / "gpu" / f)
+    (proj / "code.txt").write_text("v1\n")
+    dev = proj / ".device"
+    for d, files in {"data1": ["SHA256SUMS", "office_caltech10/dslr.npz"], "data2": ["digits/syn_test.npz"]}.items():
+        for f in files:
+            (dev / d / f).parent.mkdir(parents=True, exist_ok=True)
+            (dev / d / f).write_bytes(f"{d}/{f}".encode())
+    (dev / "whl").mkdir()
+    wheel(dev / "whl", "finchstand")
+    raywhl = tmp_path / "raywhl"
+    raywhl.mkdir()
+    wheel(raywhl, "raystand")
+    (raywhl / "REQUIRED.txt").write_text("raystand==1.0\n")
+    with tarfile.open(tmp_path / "ray-wheels.tar", "w") as t:
+        t.add(raywhl, arcname=".")
+    tar = (tmp_path / "ray-wheels.tar").stat().st_size
+    assert kit("split", str(tmp_path / "ray-wheels.tar"), str(dev / "ray"), "--part-mib", str(tar / 2 / 2**20 + 1e-6),
+               cwd=tmp_path).returncode == 0
+    later = tmp_path / "later"  # what call 2 carries
+    later.mkdir()
+    for d in ("data2", "ray2"):
+        shutil.move(dev / d, later / d)
+    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}  # the machine's own Ray: a new local instance
+    env.update(KIT_HOME=str(home), PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}")
+
+    def stage() -> str:
+        res = subprocess.run(["bash", "tools/gpu/on-device.sh", "stage"], cwd=proj, env=env, capture_output=True,
+                             text=True, timeout=300)
+        assert res.returncode == 0, res.stdout + res.stderr
+        return res.stdout + res.stderr
+
+    out = stage()
+    assert "error: 1 of 2 parts of ray-wheels.tar here; carry the folder(s) with part(s) 2 in the next call." in out
+    assert (home / "fpdata" / "office_caltech10" / "dslr.npz").read_bytes() == b"data1/office_caltech10/dslr.npz"
+    assert (home / "proj" / "code.txt").read_text() == "v1\n" and not (home / "proj" / ".device").exists()
+    assert (home / "site" / "finchstand" / "__init__.py").exists() and not (home / "site" / "raystand").exists()
+    assert sorted(p.name for p in (home / "rayparts").iterdir()) == ["ray-wheels.tar.part1of2", "ray-wheels.tar.sha256"]
+
+    shutil.rmtree(dev)  # call 2: a fresh copy of the tree, with call 2's folders only
+    dev.mkdir()
+    for d in ("data2", "ray2"):
+        shutil.move(later / d, dev / d)
+    (proj / "code.txt").write_text("v2\n")
+    job = subprocess.Popen(["sleep", "300"])  # a detached job of an earlier call, reading the code folder
+    try:
+        (home / "logs" / "sweep.pid").write_text(f"{job.pid}\n")
+        out = stage()
+    finally:
+        job.kill()
+    assert f"detached jobs running: code in {home / 'proj'} left as it is" in out
+    assert (home / "proj" / "code.txt").read_text() == "v1\n"
+    assert (home / "fpdata" / "digits" / "syn_test.npz").read_bytes() == b"data2/digits/syn_test.npz"
+    assert (home / "fpdata" / "SHA256SUMS").exists()  # call 1's data kept
+    assert "installed: raystand==1.0" in out and (home / "site" / "raystand" / "__init__.py").exists()
+    assert not (home / "rayparts").exists() and not (home / "ray-wheels.tar").exists()
+    assert "error: Ray detects no GPU; runs with --gpus-per-actor cannot start (torch sees 0)" in out
