@@ -245,3 +245,37 @@ def test_stage_on_the_machine_gathers_rays_parts_over_two_calls_then_installs_an
     assert "installed: raystand==1.0" in out and (home / "site" / "raystand" / "__init__.py").exists()
     assert not (home / "rayparts").exists() and not (home / "ray-wheels.tar").exists()
     assert "error: Ray detects no GPU; runs with --gpus-per-actor cannot start (torch sees 0)" in out
+
+
+@pytest.mark.skipif(not registry_reachable(), reason="needs the package registry (pypi.org): stage.sh fetches "
+                                                     "finch-clust's wheel")
+def test_stage_packs_the_data_in_folders_that_each_fit_one_call_beside_the_tree(data_root, tmp_path):
+    """`bash tools/gpu/stage.sh` in a clone of this checkout: every file the runbook's runs read, byte for byte, in
+    folders data1, data2, ... each of which fits one call beside the tree (the run tool carries 64 MiB a call; the
+    script keeps 1 MiB spare), Office-Caltech in the first; finch-clust's wheel at this environment's version; the
+    calls printed in order."""
+    clone = tmp_path / "clone"
+    subprocess.run(["git", "clone", "-q", str(KIT.parent.parent.parent), str(clone)], check=True, timeout=300)
+    res = subprocess.run(["bash", "tools/gpu/stage.sh"], cwd=clone, capture_output=True, text=True, timeout=600,
+                         env={**os.environ, "PYTHON": sys.executable, "BENCH_DATA_ROOT": str(data_root)})
+    assert res.returncode == 0, res.stdout + res.stderr
+    listed = subprocess.run(["git", "ls-files", "-co", "--exclude-standard"], cwd=clone, capture_output=True,
+                            text=True, check=True).stdout.split()
+    tree = sum((clone / f).stat().st_size for f in listed)
+    size = lambda d: sum(f.stat().st_size for f in d.rglob("*") if f.is_file())  # noqa: E731
+    dev = clone / ".device"
+    folders = sorted(dev.glob("data*"), key=lambda d: int(d.name[4:]))
+    assert [d.name for d in folders] == [f"data{k}" for k in range(1, len(folders) + 1)]
+    assert size(folders[0]) + size(dev / "whl") + tree <= 63 * 2**20
+    assert all(size(d) + tree <= 63 * 2**20 for d in folders[1:])
+    staged = {str(f.relative_to(d)): f for d in folders for f in d.rglob("*") if f.is_file()}
+    office = [f"office_caltech10/{d}.npz" for d in ("caltech", "amazon", "webcam", "dslr")]
+    digits = ["usps_train", "usps_test", "svhn_train_first1083", "mnist_train", "mnist_test", "syn_test",
+              "syn_train_part0", "syn_train_part1"]
+    assert sorted(staged) == sorted(["SHA256SUMS", *office, *[f"digits/{d}.npz" for d in digits]])
+    assert all(staged[f].read_bytes() == (data_root / f).read_bytes() for f in staged)
+    assert all((folders[0] / f).exists() for f in office)
+    assert [w.name.split("-")[:2] for w in (dev / "whl").iterdir()] == [["finch_clust", metadata.version("finch-clust")]]
+    calls = [line.strip() for line in res.stdout.splitlines() if "bash tools/gpu/on-device.sh stage" in line]
+    assert calls == ['1. [".device/data1", ".device/whl"]   bash tools/gpu/on-device.sh stage',
+                     *[f'+  [".device/{d.name}"]   bash tools/gpu/on-device.sh stage' for d in folders[1:]]]
