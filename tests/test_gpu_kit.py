@@ -275,7 +275,8 @@ def test_stage_packs_the_data_in_folders_that_each_fit_one_call_beside_the_tree(
     assert sorted(staged) == sorted(["SHA256SUMS", *office, *[f"digits/{d}.npz" for d in digits]])
     assert all(staged[f].read_bytes() == (data_root / f).read_bytes() for f in staged)
     assert all((folders[0] / f).exists() for f in office)
-    assert [w.name.split("-")[:2] for w in (dev / "whl").iterdir()] == [["finch_clust", metadata.version("finch-clust")]]
+    wheels = [w.name.split("-")[:2] for w in (dev / "whl").iterdir()]
+    assert wheels == [["finch_clust", metadata.version("finch-clust")]]
     calls = [line.strip() for line in res.stdout.splitlines() if "bash tools/gpu/on-device.sh stage" in line]
     assert calls == ['1. [".device/data1", ".device/whl"]   bash tools/gpu/on-device.sh stage',
                      *[f'+  [".device/{d.name}"]   bash tools/gpu/on-device.sh stage' for d in folders[1:]]]
