@@ -8,7 +8,7 @@
 (3) One small FPL round through Ray, split into its phases (share of the round in %).
 (4) The client engines: images per second of a group of equal-size clients trained
     one after another (`--engine sequential`) and as one batched computation
-    (`--engine fused`), and their ratio, in 32-true and bf16-mixed (the fused engine's
+    (`--engine fused`), and their ratio, in 32-true and bf16-mixed (each engine's
     bf16-mixed / 32-true); clients of unequal (Digits-like) sizes trained as one stack,
     in one stack per size (the fused engine before it took them all) and one after
     another; `--cudnn-benchmark` and `--compile` (torch.compile, CUDA graphs on CUDA) on
@@ -565,16 +565,16 @@ def main(argv=None):
         f"(best of {repeats}, interleaved; cuDNN benchmark off but where a line says on)")
     plain = {}  # FedAvg in 32-true, for the --cudnn-benchmark line
     for method in prof["methods"]:
-        fused = {}
+        rates = {}
         for precision in prof["precisions"]:
-            ips = engine_throughput(device, method, [n] * clients, epochs, repeats, precision)
-            fused[precision] = ips["fused"]
+            ips = rates[precision] = engine_throughput(device, method, [n] * clients, epochs, repeats, precision)
             if (method, precision) == ("fedavg", "32-true"):
                 plain["equal"] = ips
             say(f"    {method:8s} {precision:10s} sequential {ips['sequential']:9.1f} images/s   "
                 f"fused {ips['fused']:9.1f} images/s   fused / sequential {ips['fused'] / ips['sequential']:6.3f}")
-        if len(fused) == 2:
-            say(f"    {method:8s} fused bf16-mixed / 32-true {fused['bf16-mixed'] / fused['32-true']:6.3f}")
+        if len(rates) == 2:
+            say(f"    {method:8s} bf16-mixed / 32-true       " + "   ".join(
+                f"{e} {rates['bf16-mixed'][e] / rates['32-true'][e]:6.3f}" for e in ("sequential", "fused")))
     # the ceiling of a stack's step: one model on the stack's images in one batch (the same images per step as the
     # fused engine's, without the clients' own weights: plain convolutions, not grouped ones)
     (ceiling,) = resnet_throughput(device, clients * n, epochs, repeats, batch=clients * 64, ours=False)

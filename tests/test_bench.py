@@ -48,17 +48,18 @@ def test_every_section_is_reported_and_saved_under_the_device_name(report):
     assert {(m, p) for m, p, *_ in rows} == {(m, p) for m in ("fedavg", "fpl") for p in ("32-true", "bf16-mixed")}
     for *_, seq, fused, ratio in rows:
         assert float(ratio) == printed_ratio(float(seq), float(fused))
-    # the fused engine's bf16-mixed / 32-true, of the same rows' rates
-    fused = {(m, p): float(f) for m, p, _, f, _ in rows}
-    bf16 = dict(re.findall(r"(\w+) +fused bf16-mixed / 32-true +([\d.]+)", text))
-    assert sorted(bf16) == ["fedavg", "fpl"]
-    for m, ratio in bf16.items():
-        assert float(ratio) == printed_ratio(fused[(m, "32-true")], fused[(m, "bf16-mixed")])
+    # each engine's bf16-mixed / 32-true, of the same rows' rates
+    rate = {(m, p, e): float(r) for m, p, s, f, _ in rows for e, r in (("sequential", s), ("fused", f))}
+    bf16 = re.findall(r"(\w+) +bf16-mixed / 32-true +sequential +([\d.]+) +fused +([\d.]+)", text)
+    assert sorted(m for m, *_ in bf16) == ["fedavg", "fpl"]
+    for m, *ratios in bf16:
+        assert [float(r) for r in ratios] == [printed_ratio(rate[(m, "32-true", e)], rate[(m, "bf16-mixed", e)])
+                                              for e in ("sequential", "fused")]
     # the ceiling of a stack's step: one model on the 2 clients' images in batches of 128, its ratio the printed one's
     (ceiling, ratio), = re.findall(r"one model, the 2 clients' images in batches of 128 \(plain loop: a stack's step "
                                    r"without its clients' own weights\) +([\d.]+) images/s, +([\d.]+) x the fused "
                                    r"engine \(FedAvg, 32-true\)", text)
-    assert float(ratio) == printed_ratio(fused[("fedavg", "32-true")], float(ceiling))
+    assert float(ratio) == printed_ratio(rate[("fedavg", "32-true", "fused")], float(ceiling))
     # clients of unequal sizes: one stack against one stack per size and against one client after another
     (seq, one, per_size, r_stacks, r_seq, k_seq, k_one, k_per_size), = re.findall(
         r"clients of unequal sizes \(FedAvg, 2 clients of each of 20, 3, 5 samples, batch 4, 32-true\): sequential "
