@@ -1,6 +1,7 @@
 """Bad input stops at once with one clear message, before any training and without a run folder claiming completion."""
 from __future__ import annotations
 
+import io
 import shutil
 import socket
 import sys
@@ -396,13 +397,25 @@ def test_every_command_line_answers_bad_flags_with_one_line(capsys, tmp_path, co
 def test_what_ray_prints_by_itself_is_not_read_as_our_output(capsys):
     """The suite's capsys (conftest's WithoutRayLines) leaves out the lines Ray's driver prints from its threads, as
     Ray's own printer writes them (prefix, colour codes), and keeps ours, parentheses and pids included."""
-    from ray._private.worker import print_to_stdstream
+    from ray._private.worker import print_worker_logs  # (print_to_stdstream's, without its 5-s deduplication)
 
-    print("error: the run asks for 3 CPUs (pid=12 left alone)")
-    print_to_stdstream({"lines": ["Warning: The following resource request cannot be scheduled right now."],
-                        "pid": "raylet", "is_err": False}, ignore_prefix=False)
-    print_to_stdstream({"lines": ["round 1 done"], "pid": 4321, "actor_name": "ClientActor", "is_err": True,
-                        "ip": "10.0.0.2", "localhost": "10.0.0.1"}, ignore_prefix=False)
-    print("[fpl] round 1/2 (ETA 00:10)", file=sys.stderr)
+    from conftest import RAY_LINE
+
+    ours_out = ["error: the run asks for 3 CPUs (pid=12 left alone)", "(4) client engines: 3 clients of 128 samples"]
+    ours_err = ["[fpl] round 1/2 (ETA 00:10)"]
+    ray_out = {"lines": ["Warning: The following resource request cannot be scheduled right now."], "pid": "raylet",
+               "is_err": False}
+    ray_err = {"lines": ["round 1 done"], "pid": 4321, "actor_name": "ClientActor", "is_err": True,
+               "ip": "10.0.0.2", "localhost": "10.0.0.1"}
+    raw = io.StringIO()  # what Ray writes: both its lines, prefixed (and coloured)
+    for batch in (ray_out, ray_err):
+        print_worker_logs(batch, raw, ignore_prefix=False)
+    assert len(raw.getvalue().splitlines()) == 2 and len(RAY_LINE.findall(raw.getvalue())) == 2
+    assert "(raylet)" in raw.getvalue() and "(ClientActor pid=4321, ip=10.0.0.2)" in raw.getvalue()
+    print(ours_out[0])
+    print_worker_logs(ray_out, sys.stdout, ignore_prefix=False)
+    print(ours_out[1])
+    print_worker_logs(ray_err, sys.stderr, ignore_prefix=False)
+    print(ours_err[0], file=sys.stderr)
     out, err = capsys.readouterr()
-    assert (out, err) == ("error: the run asks for 3 CPUs (pid=12 left alone)\n", "[fpl] round 1/2 (ETA 00:10)\n")
+    assert (out, err) == ("".join(f"{line}\n" for line in ours_out), f"{ours_err[0]}\n")

@@ -57,36 +57,47 @@ def ray_head(tmp_path_factory):
     head_env = {**no_auth, "RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN_PATH": str(token_path)}
     # a port found free can be taken by another process (the other test worker's Ray or W&B) before the head binds
     # it: the head then exits, and starts once more on fresh ports
-    for attempt in (1, 2):
-        ports = dict(zip(names, free_ports(len(names))))
-        cmd = [str(BIN / "ray"), "start", "--head", "--block", "--node-ip-address=127.0.0.1", "--num-cpus=3",
-               "--num-gpus=0", "--include-dashboard=true", "--dashboard-host=127.0.0.1", f"--temp-dir={temp_dir}",
-               "--min-worker-port=0", "--max-worker-port=0", *[f"--{k}={v}" for k, v in ports.items()]]
-        log_path = tmp / f"head{attempt}.log"
-        log = open(log_path, "w")
-        proc = subprocess.Popen(cmd, env=head_env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-        address = f"http://127.0.0.1:{ports['dashboard-port']}"
-        deadline, up = time.time() + 120, False
-        while time.time() < deadline and proc.poll() is None and not up:
-            up = subprocess.run([str(BIN / "ray"), "job", "list", "--address", address], env=head_env,
-                                capture_output=True, timeout=60).returncode == 0
-            time.sleep(0 if up else 2)
-        if up and proc.poll() is None:
-            break
-        exited = proc.poll() is not None
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGKILL)  # what it started before it exited
-        log.close()
-        if attempt == 2 or not exited:
-            pytest.fail("the Ray head did not come up:\n" + log_path.read_text()[-3000:])
-    yield SimpleNamespace(address=address, gcs=f"127.0.0.1:{ports['port']}", token=token, no_auth=no_auth)
-    os.killpg(proc.pid, signal.SIGTERM)
+    proc = log = None
+    try:
+        for attempt in (1, 2):
+            ports = dict(zip(names, free_ports(len(names))))
+            cmd = [str(BIN / "ray"), "start", "--head", "--block", "--node-ip-address=127.0.0.1", "--num-cpus=3",
+                   "--num-gpus=0", "--include-dashboard=true", "--dashboard-host=127.0.0.1", f"--temp-dir={temp_dir}",
+                   "--min-worker-port=0", "--max-worker-port=0", *[f"--{k}={v}" for k, v in ports.items()]]
+            log_path = tmp / f"head{attempt}.log"
+            log = open(log_path, "w")
+            proc = subprocess.Popen(cmd, env=head_env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+            address = f"http://127.0.0.1:{ports['dashboard-port']}"
+            deadline, up = time.time() + 120, False
+            while time.time() < deadline and proc.poll() is None and not up:
+                up = subprocess.run([str(BIN / "ray"), "job", "list", "--address", address], env=head_env,
+                                    capture_output=True, timeout=60).returncode == 0
+                time.sleep(0 if up else 2)
+            if up and proc.poll() is None:
+                break
+            exited = proc.poll() is not None
+            stop(proc)  # and what it started before it exited
+            log.close()
+            if attempt == 2 or not exited:
+                pytest.fail("the Ray head did not come up:\n" + log_path.read_text()[-3000:])
+        yield SimpleNamespace(address=address, gcs=f"127.0.0.1:{ports['port']}", token=token, no_auth=no_auth)
+    finally:
+        if proc is not None:
+            stop(proc)
+            log.close()
+        shutil.rmtree(temp_dir, ignore_errors=True)
+
+
+def stop(proc: subprocess.Popen) -> None:
+    """A process started in its own session, and everything it started: SIGTERM, then SIGKILL after 30 s."""
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGTERM)
     try:
         proc.wait(timeout=30)
     except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-    log.close()
-    shutil.rmtree(temp_dir, ignore_errors=True)
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
 
 
 def entry(data_root: Path, out: Path) -> list[str]:
