@@ -273,7 +273,7 @@ def test_stage_packs_the_data_in_folders_that_each_fit_one_call_beside_the_tree(
     calls printed in order."""
     clone = tmp_path / "clone"
     subprocess.run(["git", "clone", "-q", str(KIT.parent.parent.parent), str(clone)], check=True, timeout=300)
-    shutil.copytree(KIT.parent, clone / "tools" / "gpu", dirs_exist_ok=True)  # this checkout's scripts, committed or not
+    shutil.copytree(KIT.parent, clone / "tools" / "gpu", dirs_exist_ok=True)  # the scripts as they are here
     res = subprocess.run(["bash", "tools/gpu/stage.sh"], cwd=clone, capture_output=True, text=True, timeout=600,
                          env={**os.environ, "PYTHON": sys.executable, "BENCH_DATA_ROOT": str(data_root),
                               "PIP_CACHE_DIR": str(tmp_path / "pip-cache")})
