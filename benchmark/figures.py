@@ -266,19 +266,18 @@ def grid_data(run_dirs, hparam: str, metric: str = "final", value_of=None, domai
 
 
 def plot_grid(run_dirs, hparam: str, stem: Path, title: str = "", formats=FORMATS, metric: str = "final",
-              defaults: dict | None = None, log_x: bool | None = None, value_of=None, domains=None) -> pd.DataFrame:
+              defaults: dict | None = None, value_of=None, domains=None) -> pd.DataFrame:
     """Accuracy against a hyperparameter's value (FedPLVM's Figures 4 and 5; FedProto's Figure 3 against a protocol's
     value, `value_of`, `hparam` naming the axis): a panel per dataset, a line per method (line style) and domain
     (colour; AVG black and thick; `domains`: only those), the mean over seeds with ± std error bars; `defaults`
-    (method -> its default value) dotted vertical lines, named; the x axis logarithmic when asked, or by default when
-    the values span two decades or more. Returns `grid_data`."""
+    (method -> its default value) dotted vertical lines, named; the x axis logarithmic when the values span two
+    decades or more. Returns `grid_data`."""
     from matplotlib import colormaps
 
     data = grid_data(run_dirs, hparam, metric, value_of, domains)
     datasets, methods = list(dict.fromkeys(data.dataset)), list(dict.fromkeys(data.method))
     values = sorted(set(data.value))
-    if log_x is None:
-        log_x = min(values) > 0 and max(values) / min(values) >= 100
+    log_x = min(values) > 0 and max(values) / min(values) >= 100
     styles = dict(zip(methods, ["-", "--", ":", "-."]))
     fig = Figure(figsize=(5.2 * len(datasets), 4.0), layout="constrained")
     for ax, ds in zip(fig.subplots(1, len(datasets), squeeze=False)[0], datasets):

@@ -410,10 +410,10 @@ class ClientGroup:
         return module
 
     @torch.no_grad()
-    def test_features(self, global_state: State | None, batch_size: int | None = None) -> dict[int, tuple]:
+    def test_features(self, global_state: State | None) -> dict[int, tuple]:
         """Every client's features of its own test samples with the model it is tested with (`evaluate`'s), as
         float16 numpy, and their labels (FedProto's Figure 2)."""
-        out, batch_size = {}, batch_size or eval_batch(self.device)
+        out, batch_size = {}, eval_batch(self.device)
         for c in self.clients:
             if c["id"] not in self.test_data:
                 continue

@@ -12,9 +12,6 @@ with warnings.catch_warnings():  # finch warns that pynndescent (only for >20k p
     warnings.simplefilter("ignore")
     from finch import FINCH
 
-ClientPrototypes = dict  # client id -> {class: d tensor (one prototype) or J x d (several, FedPLVM)}
-
-
 def by_class(client_protos: dict[int, dict[int, torch.Tensor]]) -> dict[int, torch.Tensor]:
     """class -> the prototypes of the clients that hold it stacked (a client's J x d rows in a row), in
     client-id order."""

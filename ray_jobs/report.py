@@ -230,7 +230,7 @@ def report(table: str, profile: str, runs: list[RunConfig], results_dir: Path) -
                 pv = paper.FEDPLVM_TABLE4_PROTOTYPES.get(m)
                 lines.append(f"| {m} | {np.mean(got):.2f} | {'–' if pv is None else f'{pv:.2f}'} |")
         if spec.client_avg is not None:
-            lines += client_avg_lines(spec, ds, methods, sub, c0, kept, refs)
+            lines += client_avg_lines(spec, methods, sub, c0, kept, refs)
         lines += fig5_lines(table, ds, our_avg)
         lines.append("")
     fig_dir = results_dir / "figures" / name
@@ -265,7 +265,7 @@ def write_report(results_dir: Path, name: str, lines: list[str], csv_rows: list[
     return df
 
 
-def client_avg_lines(spec, ds: str, methods: list[str], sub: pd.DataFrame, cfg: RunConfig, kept: list[str],
+def client_avg_lines(spec, methods: list[str], sub: pd.DataFrame, cfg: RunConfig, kept: list[str],
                      refs: dict) -> list[str]:
     """A table whose paper averages over clients (FedPLVM's Table 10): per method each domain's accuracy weighted
     by its clients, ours and the paper's (its printed Avg when every domain ran, else the same weighting of its
