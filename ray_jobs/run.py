@@ -54,9 +54,10 @@ def parse_hp(items: list[str]) -> dict:
     return out
 
 
-class DefaultsFormatter(argparse.HelpFormatter):
+class DefaultsFormatter(argparse.RawDescriptionHelpFormatter):
     """Each option's help ends with its default, unless the help already says it or there is none to say (None:
-    the preset's value, which the help names; a switch's False; --hp's empty list)."""
+    the preset's value, which the help names; a switch's False; --hp's empty list). The description and the list
+    of methods after the options keep their lines."""
 
     def _get_help_string(self, action):
         if action.default is None or action.default is False or action.default == [] \
@@ -66,12 +67,15 @@ class DefaultsFormatter(argparse.HelpFormatter):
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = OneLineParser(prog="python -m ray_jobs.run", description=__doc__, formatter_class=DefaultsFormatter)
+    width = max(map(len, METHODS)) + 2
+    methods = "\n".join(f"  {name:{width}}{m.description}" for name, m in METHODS.items())
+    p = OneLineParser(prog="python -m ray_jobs.run", description=__doc__, formatter_class=DefaultsFormatter,
+                      epilog=f"methods (--method):\n{methods}")
     d = RunConfig.__dataclass_fields__
     p.add_argument("--preset", default=None,
                    help=f"a paper's protocol, one of {', '.join(PRESETS)}; the flags below override its values "
                         "(without a preset: FPL's protocol, the defaults shown)")
-    p.add_argument("--method", default=d["method"].default, help=f"one of {', '.join(METHODS)}")
+    p.add_argument("--method", default=d["method"].default, help="one of the methods listed below")
     p.add_argument("--dataset", default=None,
                    help=f"one of {', '.join(DATASET_SPECS)} (default: the preset's, else digits)")
     p.add_argument("--split", default=None,

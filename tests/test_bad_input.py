@@ -9,6 +9,7 @@ import sys
 import numpy as np
 import pytest
 
+from lightning_modules.registry import METHODS
 from ray_jobs.config import RunConfig
 from ray_jobs.run import main
 
@@ -321,9 +322,13 @@ def test_auto_device_rule(monkeypatch):
     assert resolve_device("auto") == resolve_device("auto", 1.0) == torch.device("cpu")
 
 
-def test_help_exits_zero(capsys):
+def test_help_exits_zero_and_lists_every_method_with_what_it_is(capsys):
     assert main(["--help"]) == 0
-    assert "--local-epochs" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "--local-epochs" in out
+    listed = out[out.index("\nmethods (--method):\n"):].splitlines()[2:]
+    assert [line.split()[0] for line in listed] == list(METHODS) and len(METHODS) == 36
+    assert "  fpl_cpcl_only                 Table 1: CPCL only" in listed
 
 
 def test_the_demo_answers_help_without_training(capsys, tmp_path, monkeypatch):
