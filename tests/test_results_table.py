@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from ray_jobs import results_table
+from ray_jobs.config import RunConfig
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -98,18 +99,42 @@ def test_every_table_is_a_section_or_counted_in_the_not_reported_line(monkeypatc
 
 
 def test_fig5_is_cluster_minus_global_from_the_summaries():
-    """FPL's Fig. 5 as the paper's text gives it (+2.08 AVG on Office-Caltech): the mean over seeds of CPCL alone with
-    cluster prototypes minus the same with global ones, read here from the summary files; in the report and the
-    README."""
+    """FPL's Fig. 5 as the paper's text gives it (+2.08 AVG on Office-Caltech): CPCL alone with cluster prototypes
+    minus the same with global ones, seed by seed over the seeds both have run, read here from the summary files; in
+    the report and the README."""
     runs = ROOT / "results" / "runs"
-    mean = {m: np.mean([json.loads(p.read_text())["last5"]["AVG"]
-                        for p in runs.glob(f"{m}-office_caltech-default-seed*/summary.json")])
-            for m in ("fpl_cpcl_only", "fpl_cpcl_global")}
-    line = (f"Fig. 5 (CPCL only, cluster minus global prototypes, AVG): ours "
-            f"{mean['fpl_cpcl_only'] - mean['fpl_cpcl_global']:+.2f}, paper +2.08.")
+    avg = {m: {int(p.parent.name.rsplit("seed", 1)[1]): json.loads(p.read_text())["last5"]["AVG"]
+               for p in runs.glob(f"{m}-office_caltech-default-seed*/summary.json")}
+           for m in ("fpl_cpcl_only", "fpl_cpcl_global")}
+    seeds = sorted(set(avg["fpl_cpcl_only"]) & set(avg["fpl_cpcl_global"]))
+    assert seeds
+    gap = np.mean([avg["fpl_cpcl_only"][s] - avg["fpl_cpcl_global"][s] for s in seeds])
+    line = (f"Fig. 5 (CPCL only, cluster minus global prototypes, AVG, the seeds both rows have: "
+            f"{', '.join(map(str, seeds))}): ours {gap:+.2f}, paper +2.08.")
     assert line in (ROOT / "results" / "table3.md").read_text()
     section = (ROOT / "README.md").read_text().split("### FPL Table 3")[1].split("\n### ")[0]
     assert line in section
+
+
+def test_fig5_pairs_the_seeds_both_rows_have(tmp_path):
+    """Fig. 5's gap seed by seed over the seeds both CPCL rows have: cluster seeds 0, 1 and 2 against global seeds 0
+    and 2 -> mean of (60 - 57) and (52 - 50) = +2.50 (the rows' means, 58.0 - 53.5 = +4.50, would mix in seed 1's
+    62); nothing without a shared seed or off Table 3."""
+    from ray_jobs.report import fig5_lines
+
+    def made(method: str, seed: int, avg: float) -> RunConfig:
+        out = tmp_path / f"{method}-{seed}"
+        out.mkdir()
+        (out / "summary.json").write_text(json.dumps({"last5": {"AVG": avg}}))
+        return RunConfig(method=method, dataset="office_caltech", seed=seed, out=str(out))
+
+    runs = [made("fpl_cpcl_only", 0, 60.0), made("fpl_cpcl_only", 1, 62.0), made("fpl_cpcl_only", 2, 52.0),
+            made("fpl_cpcl_global", 0, 57.0), made("fpl_cpcl_global", 2, 50.0), made("fpl_upcr_only", 1, 99.0)]
+    assert fig5_lines("3", "office_caltech", runs, "last5") == [
+        "", "Fig. 5 (CPCL only, cluster minus global prototypes, AVG, the seeds both rows have: 0, 2): ours +2.50, "
+            "paper +2.08."]
+    assert fig5_lines("3", "office_caltech", [runs[1], runs[3]], "last5") == []  # seeds 1 and 0: none shared
+    assert fig5_lines("1", "office_caltech", runs, "last5") == fig5_lines("3", "digits", runs, "last5") == []
 
 
 def test_kendall_tau_by_hand():
