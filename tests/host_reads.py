@@ -54,7 +54,6 @@ class HostReads(TorchDispatchMode):
             to_host = args[0].device.type == "cpu" and args[1].device.type != "cpu"
         else:
             to_host = False
-        if (name in READS or to_host or (name == "index" and boolean(args[1]))
-                or (name in ("index_put", "index_put_") and boolean(args[1]))):
+        if name in READS or to_host or (name in ("index", "index_put", "index_put_") and boolean(args[1])):
             self.reads.append(name)
         return func(*args, **kwargs)
