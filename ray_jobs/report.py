@@ -20,7 +20,7 @@ from benchmark.results import LAST_K, atomic_write, read_jsonl, read_summary, ru
 from ray_jobs.config import RunConfig
 from ray_jobs.figures import runs_line, table_figures
 from ray_jobs.run import RunError
-from ray_jobs.tables import GAP_NOTES, METRICS, TABLES, make_target, report_name
+from ray_jobs.tables import GAP_NOTES, METRICS, TABLES, PairedGap, make_target, report_name
 
 FLAG_POINTS = 2.0
 MB = 1e6
@@ -105,23 +105,21 @@ def setting_line(cfg: RunConfig, domains: list[str], done: list[RunConfig] = ())
             + "".join(f" {d}: {note}." for d, note in STAND_INS.get(cfg.dataset, {}).items() if d in domains))
 
 
-def fig5_lines(table: str, dataset: str, runs: list[RunConfig], metric: str) -> list[str]:
-    """FPL's Fig. 5 as one number (the paper's text): CPCL alone with cluster prototypes minus CPCL alone with global
-    ones, AVG on Office-Caltech, ours beside the paper's. Ours is the mean over the seeds both rows have run, seed by
-    seed (a seed draws the same clients' data and initial model for both, so a gap of two rows' means over
-    different seeds would mix in the seeds' spread, several points here); nothing until both rows share a seed."""
-    if table != "3" or dataset != "office_caltech":
+def paired_gap_lines(gap: PairedGap | None, dataset: str, runs: list[RunConfig], metric: str) -> list[str]:
+    """The table's `PairedGap` line under `dataset`'s table, ours beside the paper's; nothing for another dataset,
+    or until both rows share a seed."""
+    if gap is None or dataset != gap.dataset:
         return []
-    avg: dict[str, dict[int, float]] = {"fpl_cpcl_only": {}, "fpl_cpcl_global": {}}
+    avg: dict[str, dict[int, float]] = {gap.minuend: {}, gap.subtrahend: {}}
     for c in runs:
         if c.dataset == dataset and c.method in avg:
             avg[c.method][c.seed] = read_summary(Path(c.out))[metric]["AVG"]
-    seeds = sorted(set(avg["fpl_cpcl_only"]) & set(avg["fpl_cpcl_global"]))
+    seeds = sorted(set(avg[gap.minuend]) & set(avg[gap.subtrahend]))
     if not seeds:
         return []
-    gap = float(np.mean([avg["fpl_cpcl_only"][s] - avg["fpl_cpcl_global"][s] for s in seeds]))
-    return ["", f"Fig. 5 (CPCL only, cluster minus global prototypes, AVG, the seeds both rows have: "
-                f"{', '.join(map(str, seeds))}): ours {gap:+.2f}, paper {paper.FIG5_CLUSTER_MINUS_GLOBAL_AVG:+.2f}."]
+    ours = float(np.mean([avg[gap.minuend][s] - avg[gap.subtrahend][s] for s in seeds]))
+    return ["", f"{gap.title}, AVG, the seeds both rows have: {', '.join(map(str, seeds))}): ours {ours:+.2f}, "
+                f"paper {gap.paper:+.2f}."]
 
 
 def report(table: str, profile: str, runs: list[RunConfig], results_dir: Path) -> pd.DataFrame:
@@ -240,7 +238,7 @@ def report(table: str, profile: str, runs: list[RunConfig], results_dir: Path) -
                 lines.append(f"| {m} | {np.mean(got):.2f} | {'–' if pv is None else f'{pv:.2f}'} |")
         if spec.client_avg is not None:
             lines += client_avg_lines(spec, methods, sub, c0, kept, refs)
-        lines += fig5_lines(table, ds, runs, spec.metric)
+        lines += paired_gap_lines(spec.paired_gap, ds, runs, spec.metric)
         lines.append("")
     fig_dir = results_dir / "figures" / name
     figs = table_figures(table, [Path(c.out) for c in runs], fig_dir, f"{spec.title}, {profile} profile")

@@ -33,7 +33,7 @@ from lightning_modules.registry import METHODS
 from ray_jobs import report_fedproto
 from ray_jobs.cli import OneLineParser
 from ray_jobs.plan import plan
-from ray_jobs.report import collect, fig5_lines
+from ray_jobs.report import collect, paired_gap_lines
 from ray_jobs.report_grid import grid_cell
 from ray_jobs.tables import METRICS, TABLES, make_target, report_name
 
@@ -152,7 +152,7 @@ def domain_table(table: str, runs_planned, domains: list[str] | None) -> list[st
             notes.append("the paper gives only an AVG over all its domains here (" + ", ".join(
                 f"{m} {v:.2f}" for m, v in only_avg.items()) + "), not compared with an AVG over fewer")
         out += ["", tau(ours_avg, paper_avg) + "." + "".join(f" Not run: {n}." for n in notes)]
-        out += fig5_lines(table, ds, runs, spec.metric) + [""]
+        out += paired_gap_lines(spec.paired_gap, ds, runs, spec.metric) + [""]
     return out
 
 

@@ -11,6 +11,7 @@ import pytest
 
 from ray_jobs import results_table
 from ray_jobs.config import RunConfig
+from ray_jobs.tables import TABLES
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -70,7 +71,6 @@ def test_every_table_is_a_section_or_counted_in_the_not_reported_line(monkeypatc
     """Every registered table is a section or in the closing "not reported yet" line, which counts its complete runs
     (here: the run folders with a summary.json, named by hand) out of its planned ones. Every table is a section
     since FPL Table 3's (2026-11-28), so the line is checked on Table 3 taken out of the published ones."""
-    from ray_jobs.tables import TABLES
 
     section = results_table.section(ROOT / "results")
     line = section.split("### Not reported yet")[1] if "### Not reported yet" in section else ""
@@ -119,8 +119,8 @@ def test_fig5_is_cluster_minus_global_from_the_summaries():
 def test_fig5_pairs_the_seeds_both_rows_have(tmp_path):
     """Fig. 5's gap seed by seed over the seeds both CPCL rows have: cluster seeds 0, 1 and 2 against global seeds 0
     and 2 -> mean of (60 - 57) and (52 - 50) = +2.50 (the rows' means, 58.0 - 53.5 = +4.50, would mix in seed 1's
-    62); nothing without a shared seed or off Table 3."""
-    from ray_jobs.report import fig5_lines
+    62); nothing without a shared seed, under another dataset, or for a table without a paired gap."""
+    from ray_jobs.report import paired_gap_lines
 
     def made(method: str, seed: int, avg: float) -> RunConfig:
         out = tmp_path / f"{method}-{seed}"
@@ -130,11 +130,14 @@ def test_fig5_pairs_the_seeds_both_rows_have(tmp_path):
 
     runs = [made("fpl_cpcl_only", 0, 60.0), made("fpl_cpcl_only", 1, 62.0), made("fpl_cpcl_only", 2, 52.0),
             made("fpl_cpcl_global", 0, 57.0), made("fpl_cpcl_global", 2, 50.0), made("fpl_upcr_only", 1, 99.0)]
-    assert fig5_lines("3", "office_caltech", runs, "last5") == [
+    fig5 = TABLES["3"].paired_gap
+    assert paired_gap_lines(fig5, "office_caltech", runs, "last5") == [
         "", "Fig. 5 (CPCL only, cluster minus global prototypes, AVG, the seeds both rows have: 0, 2): ours +2.50, "
             "paper +2.08."]
-    assert fig5_lines("3", "office_caltech", [runs[1], runs[3]], "last5") == []  # seeds 1 and 0: none shared
-    assert fig5_lines("1", "office_caltech", runs, "last5") == fig5_lines("3", "digits", runs, "last5") == []
+    assert paired_gap_lines(fig5, "office_caltech", [runs[1], runs[3]], "last5") == []  # seeds 1 and 0: none shared
+    assert paired_gap_lines(fig5, "digits", runs, "last5") == []
+    assert [t for t, spec in TABLES.items() if spec.paired_gap] == ["3"]
+    assert paired_gap_lines(TABLES["1"].paired_gap, "office_caltech", runs, "last5") == []
 
 
 def test_kendall_tau_by_hand():
