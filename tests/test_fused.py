@@ -282,6 +282,18 @@ def layer_output_dtypes(method, shards, engine) -> dict[str, list[str]]:
     return {k: sorted(v) for k, v in sorted(seen.items())}
 
 
+def furthest(fused, sequential, ref, n: int = 3) -> str:
+    """The n entries of a round's dict (weights and statistics by name, prototypes by client) that the fused round
+    moves furthest from the 32-true one, the sequential round's departure beside each: where a departure the
+    bf16-mixed test finds on CUDA sits (which layer, whose prototypes)."""
+    if not isinstance(ref, dict):
+        return ""
+    keys = sorted(ref, key=lambda key: -max_rel_diff(fused[key], ref[key]))[:n]
+    return "; furthest from 32-true: " + ", ".join(
+        f"{key} fused {max_rel_diff(fused[key], ref[key]):.2e} sequential {max_rel_diff(sequential[key], ref[key]):.2e}"
+        for key in keys)
+
+
 @pytest.mark.skipif(DEVICE.type != "cpu", reason="the CPU's dtypes; on CUDA the bf16-mixed test prints them")
 def test_under_vmap_autocast_leaves_biased_layers_outputs_in_float32(shards):
     """Where the engines round differently under bf16-mixed, outside our code: PyTorch's batching rules add a
@@ -320,7 +332,7 @@ def test_fused_equals_sequential_under_bf16_mixed(method, shards):
             seen = (f"{k}: fused vs sequential {max_rel_diff(rf[k], rs[k]):.2e}, d {d:.2e}, fused vs 32-true "
                     f"{max_rel_diff(rf[k], r32[k]):.2e}, sequential vs 32-true {max_rel_diff(rs[k], r32[k]):.2e}")
             if max_rel_diff(rf[k], rs[k]) > 2 * d:
-                pytest.fail(f"{seen}; the layers' output dtypes, sequential "
+                pytest.fail(f"{seen}{furthest(rf[k], rs[k], r32[k])}; the layers' output dtypes, sequential "
                             f"{layer_output_dtypes(method, shards, 'sequential')}, fused "
                             f"{layer_output_dtypes(method, shards, 'fused')}")
         assert all(np.isfinite(v) for v in rf["losses"].values())
