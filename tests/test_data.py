@@ -4,6 +4,7 @@ Real data from ../shared/data throughout (fixtures `data_root`, `full_digits_roo
 """
 from __future__ import annotations
 
+import json
 import shutil
 from pathlib import Path
 
@@ -303,13 +304,24 @@ def test_missing_office_file(tmp_path, data_root):
     assert "office_caltech10/dslr" in str(e.value) and "shared/data" in str(e.value)
 
 
-def test_good_copy_loads_and_is_cached(tmp_path, data_root):
+def test_good_copy_loads_and_is_cached(tmp_path, data_root, monkeypatch):
     root = _usps_root(data_root, tmp_path / "root")
     dom = D.load_domain(root, "digits", "usps")
     with np.load(data_root / "digits/usps_train.npz") as z:
         assert np.array_equal(dom.train_x, z["x"]) and np.array_equal(dom.train_y, z["y"])
     assert len(dom.test_y) == 2_007
-    assert (tmp_path / "cache" / "verified_files.json").is_file()
+    files = ["digits/usps_train.npz", "digits/usps_test.npz"]
+    sums = D.read_sums(root / "SHA256SUMS")
+    stamps = {str((root / f).resolve()): [(root / f).stat().st_size, (root / f).stat().st_mtime_ns, sums[f]]
+              for f in files}
+    assert json.loads((tmp_path / "cache" / "verified_files.json").read_text()) == stamps
+    assert all(D.sha256_file(root / f) == sums[f] for f in files)
+
+    def no_hashing(path):
+        raise AssertionError(f"{path} hashed again: the cache was not read")
+
+    monkeypatch.setattr(D, "sha256_file", no_hashing)
+    D.verify_files(root, files)  # size, mtime and digest as cached: no file read
 
 
 def test_flipped_byte_is_corrupt(tmp_path, data_root):

@@ -69,7 +69,10 @@ def test_a_sparse_schedule_trains_exactly_what_every_round_trains(data_root, tmp
     assert every["final"] == sparse["final"] and every["last5"] == sparse["last5"]
     assert sparse["last5"]["AVG"] == pytest.approx(sum(r["accuracy"]["AVG"] for r in rec1[-5:]) / 5)
     assert (every["evaluated_rounds"], sparse["evaluated_rounds"]) == (ROUNDS, 5)
-    if (tmp_path / "k1-last5" / MODEL_FILE).exists():  # the final global model, bit for bit
+    # the final global model, bit for bit (fedproto_orig keeps none: its clients' own models are their states)
+    saved = [(tmp_path / f"k{k}-last5" / MODEL_FILE).exists() for k in (1, 3)]
+    assert saved == [method == "fpl"] * 2
+    if method == "fpl":
         m1, m3 = (torch.load(tmp_path / f"k{k}-last5" / MODEL_FILE) for k in (1, 3))
         assert all(torch.equal(m1[n], m3[n]) for n in m1)
     assert read_summary(tmp_path / "k3-last5") == sparse

@@ -93,6 +93,7 @@ def test_without_augmentation_the_prototypes_are_plain_eval_class_means(usps):
     module.eval()
     with torch.no_grad():
         z = torch.stack([module.net.features(normalize(x[i:i + 1]).double())[0] for i in range(len(x))])
+    assert sorted(protos) == sorted(set(y.tolist()))
     for k, p in protos.items():
         torch.testing.assert_close(p, z[y == k].mean(dim=0), rtol=1e-12, atol=1e-12)
 

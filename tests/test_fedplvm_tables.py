@@ -191,6 +191,12 @@ def test_table4_prototypes_received_per_round(smoke):
         rounds = read_jsonl(smoke / "runs" / f"{m}-digit5-no_svhn_syn_mnistm-default-seed0" / "metrics.jsonl")
         assert "prototypes_received" not in rounds[0]  # round 0: no prototypes yet
         got[m] = np.mean([r["prototypes_received"] for r in rounds[1:]])
+        uploaded = [sum(c["up_prototypes"] for c in r["communication"]["per_client"].values()) / 512
+                    for r in rounds[:-1]]  # each round's local prototypes, 512 floats each
+        if m == "fedplvm_no_global_clustering":  # every local prototype of the round before goes to every client
+            assert [r["prototypes_received"] for r in rounds[1:]] == uploaded
+        else:  # FINCH's clusters of them: fewer
+            assert all(r["prototypes_received"] <= n for r, n in zip(rounds[1:], uploaded))
         assert f"| {m} | {got[m]:.2f} | {paper.FEDPLVM_TABLE4_PROTOTYPES[m]:.2f} |" in md
     # without global clustering every local prototype is sent: at least one per class from each of the two
     # clients; FINCH's last partition has fewer clusters than points, at least one per class

@@ -294,6 +294,39 @@ def test_fused_subgroups_never_mix_architectures(data_root):
     assert conv2_widths(group.own_model_states()) == {c: fedproto_mh_model(c)["conv2_channels"] for c in range(20)}
 
 
+def test_fused_fedproto_mh_trains_as_the_sequential_loop_without_dropout(data_root, monkeypatch):
+    """FedProto-mh under the fused engine (one stack per architecture, clients of several sizes in a stack) trains
+    as the sequential loop: 2 rounds in float64, the second from the first's prototypes, every client's own model,
+    loss and prototypes equal within relative 1e-9. The CNN's dropout is off here: under vmap each client draws
+    its masks from torch's global stream, not from its own generator, so with dropout the engines draw apart."""
+    import torch.nn.functional as F
+    from test_fused import max_rel_diff
+
+    monkeypatch.setattr(F, "dropout", lambda x, *args, **kwargs: x)
+    monkeypatch.setattr(F, "dropout2d", lambda x, *args, **kwargs: x)
+    groups = []
+    for engine in ("sequential", "fused"):
+        cfg = fedproto_config(data_root, engine=engine)
+        group = ClientGroup(cfg, planned_clients(cfg), str(data_root))
+        for module in (group.module, *group.arch_modules.values()):
+            module.double()
+        groups.append(group)
+    assert [len(g.subgroups()) for g in groups] == [20, 3]
+    rule = METHODS[cfg.method].server(cfg.hparams, 10, 50, 2, [])
+    start = {c["id"]: {k: v.clone() for k, v in groups[0].own_model(c).items()} for c in groups[0].clients}
+    payload = None
+    for r in range(2):
+        seq, fused = (g.train(None, payload, r) for g in groups)
+        assert sorted(fused["losses"]) == list(range(20)) and sorted(fused["protos"]) == list(range(20))
+        assert max_rel_diff(fused["losses"], seq["losses"]) < 1e-9
+        assert max_rel_diff(fused["protos"], seq["protos"]) < 1e-9
+        own = [g.own_model_states() for g in groups]
+        assert all(v.dtype == torch.float64 for v in own[1][0].values() if v.is_floating_point())
+        assert max_rel_diff(own[1], own[0]) < 1e-9
+        payload = rule.payload(seq["protos"], r)
+    assert max_rel_diff(own[1], start) > 1e-3  # they trained
+
+
 def test_heterogeneous_run_through_ray_keeps_own_models(ray_cluster, data_root):
     """FedProto-mh for 2 rounds through Ray with 2 client actors: no global model, only prototypes; at the end
     every client holds its own trained model of its own width, and every client was tested with it."""

@@ -40,6 +40,7 @@ def test_digit5_counts_are_the_reference_draw_and_the_same_for_every_method(data
                                     dirichlet_seed=draw)
         plans.append(plan_run_clients(cfg, data_root))
     assert plans[0] == plans[1]  # the split is the protocol's, not the method's
+    assert [c["domain"] for c in plans[0]] == OFFLINE  # one client per domain run
     train, test = drawn_by_loop(draw, 5, 10, 0.5, True), drawn_by_loop(draw, 5, 100, 0.5, True)
     for c in plans[0]:
         i = DIGIT5.index(c["domain"])  # the draw covers SVHN's client too: leaving it out moves no one's counts
@@ -74,7 +75,9 @@ def test_the_seeds_share_the_codes_draw_and_another_dirichlet_seed_draws_other_c
 def test_office10_truncates_its_counts(data_root, alpha):
     cfg = RunConfig.from_preset("fedplvm-office10", domains=["amazon", "dslr"], seed=0, dirichlet_alpha=alpha)
     train = drawn_by_loop(0, 4, 10, alpha, False)
-    for c in plan_run_clients(cfg, data_root):
+    clients = plan_run_clients(cfg, data_root)
+    assert [c["domain"] for c in clients] == ["amazon", "dslr"]
+    for c in clients:
         i = ["amazon", "caltech", "dslr", "webcam"].index(c["domain"])
         dom = load_domain(data_root, "office10", c["domain"])
         assert c["class_counts"] == np.minimum(train[i], np.bincount(dom.train_y, minlength=10)).tolist()

@@ -8,6 +8,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
+from benchmark.results import read_jsonl
+
 REPO = Path(__file__).resolve().parent.parent
 
 SCRIPT = r"""
@@ -43,3 +47,7 @@ def test_local_run_and_sweep_without_ray_and_wandb(tmp_path, data_root):
     for name in ("run", "sweep"):
         summary = json.loads((tmp_path / name / "summary.json").read_text())
         assert summary["rounds"] == 1 and 0 <= summary["final"]["AVG"] <= 100
+        rounds = read_jsonl(tmp_path / name / "metrics.jsonl")  # the summary is the round's test, as with Ray
+        assert [r["round"] for r in rounds] == [0] and summary["final"] == rounds[0]["accuracy"]
+        domains = summary["domains"]
+        assert summary["final"]["AVG"] == pytest.approx(sum(summary["final"][d] for d in domains) / len(domains))

@@ -354,6 +354,11 @@ def test_table_all_smoke_shares_table2_runs_and_reports_communication(smoke, dat
         assert avg.loc[("fpl", ds), "up_bytes"] > weights
     assert avg.loc[("local", "office_caltech"), "up_bytes"] == avg.loc[("local", "office_caltech"), "down_bytes"] == 0
     assert 0 < avg.loc[("fedproto_orig", "office_caltech"), "up_bytes"] <= 10 * 512 * 4  # at most one prototype a class
+    for m, ds in (("fpl", "digits"), ("fpl", "office_caltech"), ("fedproto_orig", "office_caltech")):  # one seed each
+        [summary] = [json.loads(p.read_text()) for p in (copy / "runs").glob(f"{m}-{ds}-*/summary.json")]
+        per_round = summary["communication"]["per_client_per_round"]
+        assert (avg.loc[(m, ds), "up_bytes"], avg.loc[(m, ds), "down_bytes"]) == (per_round["up_bytes"],
+                                                                                  per_round["down_bytes"])
     md = (copy / "tableall.md").read_text()
     assert f"| {weights / 1e6:.3f} | {weights / 1e6:.3f} |" in md and "| 0.000 | 0.000 |" in md
 
