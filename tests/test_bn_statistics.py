@@ -10,6 +10,9 @@ from pathlib import Path
 import torch
 from tiny_net import TinyNet
 
+from benchmark.data import domain_test_set, load_domain, to_tensor_images
+from benchmark.figures import load_model
+from benchmark.protocols import DATASET_SPECS
 from ray_jobs.config import RunConfig
 from ray_jobs.run import run
 
@@ -57,3 +60,14 @@ def test_the_table_of_a_finished_run_starts_from_its_summary(data_root, tmp_path
     assert name == "usps" and float(summary) == json.loads((out / "summary.json").read_text())["final"]["usps"]
     assert abs(float(aggregated) - float(summary)) <= 0.1  # 1,000 test images: one image is 0.1
     assert float(own) == float(pooled)  # one domain: its own statistics are the pooled ones
+    # "own": the final model with its statistics re-estimated over USPS's training images of the protocol (not its
+    # test images), in the protocol's batches of 32, tested on the run's test set
+    dspec = DATASET_SPECS["digit5"]
+    dom = load_domain(data_root, "digit5", "usps", per_class=dspec.per_class)
+    x_train = to_tensor_images(dom.train_x, dspec.image_size, dspec.channels)
+    model = bn_statistics.reestimated(load_model(out), [dspec.transform.eval(x_train[i:i + 32])
+                                                        for i in range(0, len(x_train), 32)])
+    x, y = domain_test_set(dom, dspec, None)
+    with torch.no_grad():
+        predicted = torch.cat([model(dspec.transform.eval(x[i:i + 250]))[0].argmax(1) for i in range(0, len(x), 250)])
+    assert own == f"{100 * float((predicted == y).float().mean()):.2f}"
