@@ -118,8 +118,8 @@ def paired_gap_lines(gap: PairedGap | None, dataset: str, runs: list[RunConfig],
     if not seeds:
         return []
     ours = float(np.mean([avg[gap.minuend][s] - avg[gap.subtrahend][s] for s in seeds]))
-    return ["", f"{gap.title}, AVG, the seeds both rows have: {', '.join(map(str, seeds))}): ours {ours:+.2f}, "
-                f"paper {gap.paper:+.2f}."]
+    return ["", f"{gap.label} ({gap.what}, AVG, the seeds both rows have: {', '.join(map(str, seeds))}): "
+                f"ours {ours:+.2f}, paper {gap.paper:+.2f}."]
 
 
 def report(table: str, profile: str, runs: list[RunConfig], results_dir: Path) -> pd.DataFrame:

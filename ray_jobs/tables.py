@@ -33,7 +33,8 @@ class PairedGap:
     CPCL alone with cluster prototypes minus with global ones, +2.08 on Office-Caltech). Ours is the mean over the
     seeds both rows have run, seed by seed (a seed draws the same clients' data and initial model for both, so a
     gap of the rows' means over different seeds would mix in the seeds' spread, several points on Office-Caltech)."""
-    title: str  # the report's line starts with it
+    label: str  # the paper's name for it ("Fig. 5")
+    what: str  # what the gap is of
     minuend: str  # method
     subtrahend: str  # method
     dataset: str
@@ -115,8 +116,8 @@ TABLES: dict[str, Table] = {
     "1": Table("FPL Table 1 (CPCL / UPCR ablation)", _fpl_rows(paper.TABLE1), paper.TABLE1),
     "3": Table("FPL Table 3 (consistency target G vs U) and Fig. 5 (CPCL cluster vs global prototypes)",
                _fpl_rows(paper.TABLE3) + [("fpl_cpcl_only", "fpl-office"), ("fpl_cpcl_global", "fpl-office")],
-               paper.TABLE3, paired_gap=PairedGap("Fig. 5 (CPCL only, cluster minus global prototypes", "fpl_cpcl_only",
-                                                  "fpl_cpcl_global", "office_caltech",
+               paper.TABLE3, paired_gap=PairedGap("Fig. 5", "CPCL only, cluster minus global prototypes",
+                                                  "fpl_cpcl_only", "fpl_cpcl_global", "office_caltech",
                                                   paper.FIG5_CLUSTER_MINUS_GLOBAL_AVG)),
     # FedProto (AAAI 2022) Tables 1 and 2, MNIST n-way k-shot, n = 3, 4, 5, stdev of n 2 (Table 1) and 3 (Table 2's
     # second rows, presets -s3), the paper's eight rows, and Figure 3 (FedProto and FedAvg at n = 3 with k samples

@@ -195,7 +195,7 @@ def test_table4_prototypes_received_per_round(smoke):
                     for r in rounds[:-1]]  # each round's local prototypes, 512 floats each
         if m == "fedplvm_no_global_clustering":  # every local prototype of the round before goes to every client
             assert [r["prototypes_received"] for r in rounds[1:]] == uploaded
-        else:  # FINCH's clusters of them: fewer
+        else:  # FINCH's clusters of them: at most as many
             assert all(r["prototypes_received"] <= n for r, n in zip(rounds[1:], uploaded))
         assert f"| {m} | {got[m]:.2f} | {paper.FEDPLVM_TABLE4_PROTOTYPES[m]:.2f} |" in md
     # without global clustering every local prototype is sent: at least one per class from each of the two

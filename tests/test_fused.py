@@ -387,17 +387,19 @@ class MatmulBatchNormNet(nn.Module):
         return self.classifier(z), z
 
 
-# (input channels, output channels, stride, images per client, bias): ResNet-10's first layer and a 64-channel one at
-# 16 images, and TinyNet's convolution as the engine tests train it (3 to 6 channels, stride 2, with a bias, batches of
-# 4), the shape of the two CUDA departures: cuDNN may pick another kernel for so small a grouped convolution
-CONV_SHAPES = [(3, 64, 1, 16, False), (64, 64, 1, 16, False), (3, 6, 2, 4, True)]
+# (input channels, output channels, stride, images per client): ResNet-10's first layer and a 64-channel one at 16
+# images, and TinyNet's convolution as the engine tests train it (3 to 6 channels, stride 2, batches of 4), the shape
+# of the two CUDA departures: cuDNN may pick another kernel for so small a grouped convolution. Without a bias: under
+# vmap a convolution's bias is added after it, in another op (in bfloat16 here a second rounding, under autocast a
+# float32 add), a difference of PyTorch's batching rule, not of the kernel this test asks about
+CONV_SHAPES = [(3, 64, 1, 16), (64, 64, 1, 16), (3, 6, 2, 4)]
 
 
-@pytest.mark.parametrize("cin,cout,stride,batch,bias", CONV_SHAPES)
-def test_a_vmapped_bfloat16_convolution_rounds_as_a_plain_one(cin, cout, stride, batch, bias):
+@pytest.mark.parametrize("cin,cout,stride,batch", CONV_SHAPES)
+def test_a_vmapped_bfloat16_convolution_rounds_as_a_plain_one(cin, cout, stride, batch):
     """The fused engine's convolution (a convolution under vmap: one grouped convolution for the stack) in bfloat16
     departs from float64 no further than the same convolution run client by client: output, weight gradient, input
-    gradient (bias gradient) for 5 clients of 32 x 32 images (`CONV_SHAPES`; ResNet-10's 64-channel layer at 16
+    gradient for 5 clients of 32 x 32 images (`CONV_SHAPES`; ResNet-10's 64-channel layer at 16
     images: each weight gradient entry a sum over 16,384 products). Both round their result to bfloat16 (about
     2e-3 relative); a kernel that also accumulated in bfloat16 would depart far more. On the CPU the two agree;
     `TEST_DEVICE=cuda` asks it of cuDNN, where the fused rounds under bf16-mixed departed from 32-true 1.5 to 3.4
@@ -411,25 +413,19 @@ def test_a_vmapped_bfloat16_convolution_rounds_as_a_plain_one(cin, cout, stride,
     clients, side = 5, 32
     out_side = (side - 1) // stride + 1  # 3 x 3, padding 1
     w = torch.randn(clients, cout, cin, 3, 3, generator=g, dtype=torch.float64) * (2 / (9 * cin)) ** 0.5
-    b = torch.randn(clients, cout, generator=g, dtype=torch.float64) if bias else None
     x = torch.randn(clients, batch, cin, side, side, generator=g, dtype=torch.float64)
     up = torch.randn(clients, batch, cout, out_side, out_side, generator=g, dtype=torch.float64)  # from above
 
     def run(dtype, vmapped):
-        leaves = [t.to(DEVICE, dtype).clone().requires_grad_() for t in (w, x, b) if t is not None]
-        conv = lambda xi, wi, bi=None: F.conv2d(xi, wi, bi, stride=stride, padding=1)  # noqa: E731
-        ww, xx, *bb = leaves
-        if vmapped:
-            out = vmap(conv)(xx, ww, *bb)
-        else:
-            out = torch.stack([conv(xx[i], ww[i], *(t[i] for t in bb)) for i in range(clients)])
+        ww, xx = (t.to(DEVICE, dtype).clone().requires_grad_() for t in (w, x))
+        conv = lambda xi, wi: F.conv2d(xi, wi, stride=stride, padding=1)  # noqa: E731
+        out = vmap(conv)(xx, ww) if vmapped else torch.stack([conv(xx[i], ww[i]) for i in range(clients)])
         out.backward(up.to(DEVICE, dtype))
-        return [out.detach().double().cpu()] + [t.grad.double().cpu() for t in leaves]
+        return [t.detach().double().cpu() for t in (out, ww.grad, xx.grad)]
 
     ref = run(torch.float64, False)
     plain, fused_ = run(torch.bfloat16, False), run(torch.bfloat16, True)
-    names = ("output", "weight gradient", "input gradient", "bias gradient")
-    for name, r, p, f in zip(names, ref, plain, fused_):
+    for name, r, p, f in zip(("output", "weight gradient", "input gradient"), ref, plain, fused_):
         err_plain, err_fused = (float((t - r).abs().max() / r.abs().max()) for t in (p, f))
         assert 1e-4 < err_plain < 2e-2, name  # bfloat16 was applied, and rounds
         assert err_fused <= 1.5 * err_plain, f"{name}: vmapped {err_fused:.2e}, plain {err_plain:.2e} ({DEVICE})"
