@@ -36,7 +36,7 @@ $(STAMP): pyproject.toml
 
 setup: $(STAMP)
 
-## FedAvg vs FPL on Office-Caltech-10 through Ray on the CPU, about 10 minutes
+## FedAvg vs FPL on Office-Caltech-10 through Ray on the CPU (7.5 min alone on 2 cores, 2026-11-23; README, Quick start)
 demo: $(STAMP)
 	$(PY) -m ray_jobs.demo
 
