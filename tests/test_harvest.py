@@ -45,3 +45,29 @@ def test_complete_runs_come_with_their_rounds_gzipped_and_nothing_else(tmp_path)
     assert not (runs / "old-code" / "metrics.jsonl.gz").exists()  # the sweep's folder is only read
     again = subprocess.run(["bash", "tools/harvest.sh", str(src)], cwd=dst, capture_output=True, text=True, env=env)
     assert again.returncode == 0 and again.stdout == ""  # what this checkout holds complete is not copied again
+
+
+def test_a_run_the_sweeps_commit_holds_and_this_checkout_removed_stays_removed(tmp_path):
+    """A sweep's worktree made from an older main holds that commit's run folders; one removed from main since
+    (21 superseded runs were, 4e189cc) is not a new run of the sweep and is not brought back; the sweep's own new
+    run is copied."""
+    src, dst = tmp_path / "sweep", tmp_path / "checkout"
+    (dst / "tools").mkdir(parents=True)
+    shutil.copy(ROOT / "tools" / "harvest.sh", dst / "tools")
+    subprocess.run(["git", "init", "-q", str(dst)], check=True)
+    runs = src / "results" / "runs"
+    for name in ("removed-here", "new-run"):
+        (runs / name).mkdir(parents=True)
+        for f in ("config.json", "summary.json"):
+            (runs / name / f).write_text("{}")
+        (runs / name / "metrics.jsonl.gz").write_bytes(gzip.compress(RECORDS.encode(), compresslevel=9, mtime=0))
+    git = ["git", "-C", str(src), "-c", "user.name=t", "-c", "user.email=t@t"]
+    subprocess.run(["git", "init", "-q", str(src)], check=True)
+    subprocess.run([*git, "add", "results/runs/removed-here"], check=True)
+    subprocess.run([*git, "commit", "-q", "-m", "an older main"], check=True)
+    done = subprocess.run(["bash", "tools/harvest.sh", str(src)], cwd=dst, capture_output=True, text=True,
+                          env={**os.environ, "PYTHON": sys.executable})
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["new-run"]
+    assert f"note: removed-here not copied: committed in {src}'s commit and absent here" in done.stderr
+    assert sorted(p.name for p in (dst / "results" / "runs").iterdir()) == ["new-run"]
