@@ -15,13 +15,22 @@ ROOT = Path(__file__).resolve().parents[1]
 RECORDS = '{"round": 0, "accuracy": {"AVG": 10.0}}\n{"round": 1, "accuracy": {"AVG": 12.5}}\n'
 
 
-def test_complete_runs_come_with_their_rounds_gzipped_and_nothing_else(tmp_path):
-    src, dst = tmp_path / "sweep", tmp_path / "checkout"
+def checkout(dst: Path) -> Path:
+    """A git checkout holding tools/harvest.sh alone (what the script needs of the project)."""
     (dst / "tools").mkdir(parents=True)
     shutil.copy(ROOT / "tools" / "harvest.sh", dst / "tools")
-    (dst / "benchmark").symlink_to(ROOT / "benchmark")  # the checkout's code: pack_metrics packs old-code runs
-    env = {**os.environ, "PYTHON": sys.executable}
     subprocess.run(["git", "init", "-q", str(dst)], check=True)
+    return dst
+
+
+def harvest(src: Path, dst: Path) -> subprocess.CompletedProcess:
+    return subprocess.run(["bash", "tools/harvest.sh", str(src)], cwd=dst, capture_output=True, text=True,
+                          env={**os.environ, "PYTHON": sys.executable})
+
+
+def test_complete_runs_come_with_their_rounds_gzipped_and_nothing_else(tmp_path):
+    src, dst = tmp_path / "sweep", checkout(tmp_path / "checkout")
+    (dst / "benchmark").symlink_to(ROOT / "benchmark")  # the checkout's code: pack_metrics packs old-code runs
     runs = src / "results" / "runs"
     for name in ("new-code", "old-code", "in-progress"):
         (runs / name).mkdir(parents=True)
@@ -32,7 +41,7 @@ def test_complete_runs_come_with_their_rounds_gzipped_and_nothing_else(tmp_path)
         (runs / name / "summary.json").write_text('{"complete": true}')
     (runs / "new-code" / "metrics.jsonl.gz").write_bytes(
         gzip.compress(RECORDS.encode(), compresslevel=9, mtime=0))  # Recorder.finish's
-    done = subprocess.run(["bash", "tools/harvest.sh", str(src)], cwd=dst, capture_output=True, text=True, env=env)
+    done = harvest(src, dst)
     assert done.returncode == 0, done.stderr
     assert done.stdout.split() == ["new-code", "old-code"]
     for name in ("new-code", "old-code"):  # the code older than metrics.jsonl.gz: made from its metrics.jsonl
@@ -43,7 +52,7 @@ def test_complete_runs_come_with_their_rounds_gzipped_and_nothing_else(tmp_path)
         assert [r["round"] for r in read_jsonl(got / "metrics.jsonl")] == [0, 1]
     assert not (dst / "results" / "runs" / "in-progress").exists()
     assert not (runs / "old-code" / "metrics.jsonl.gz").exists()  # the sweep's folder is only read
-    again = subprocess.run(["bash", "tools/harvest.sh", str(src)], cwd=dst, capture_output=True, text=True, env=env)
+    again = harvest(src, dst)
     assert again.returncode == 0 and again.stdout == ""  # what this checkout holds complete is not copied again
 
 
@@ -51,10 +60,7 @@ def test_a_run_the_sweeps_commit_holds_and_this_checkout_removed_stays_removed(t
     """A sweep's worktree made from an older main holds that commit's run folders; one removed from main since
     (21 superseded runs were, 4e189cc) is not a new run of the sweep and is not brought back; the sweep's own new
     run is copied."""
-    src, dst = tmp_path / "sweep", tmp_path / "checkout"
-    (dst / "tools").mkdir(parents=True)
-    shutil.copy(ROOT / "tools" / "harvest.sh", dst / "tools")
-    subprocess.run(["git", "init", "-q", str(dst)], check=True)
+    src, dst = tmp_path / "sweep", checkout(tmp_path / "checkout")
     runs = src / "results" / "runs"
     for name in ("removed-here", "new-run"):
         (runs / name).mkdir(parents=True)
@@ -65,8 +71,7 @@ def test_a_run_the_sweeps_commit_holds_and_this_checkout_removed_stays_removed(t
     subprocess.run(["git", "init", "-q", str(src)], check=True)
     subprocess.run([*git, "add", "results/runs/removed-here"], check=True)
     subprocess.run([*git, "commit", "-q", "-m", "an older main"], check=True)
-    done = subprocess.run(["bash", "tools/harvest.sh", str(src)], cwd=dst, capture_output=True, text=True,
-                          env={**os.environ, "PYTHON": sys.executable})
+    done = harvest(src, dst)
     assert done.returncode == 0, done.stderr
     assert done.stdout.split() == ["new-run"]
     assert f"note: removed-here not copied: committed in {src}'s commit and absent here" in done.stderr
