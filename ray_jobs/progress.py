@@ -15,6 +15,13 @@ from tqdm import tqdm
 BAR_FORMAT = "{desc} {n_fmt}/{total_fmt} {unit} |{bar}| {elapsed} elapsed, ETA {remaining}{postfix}"
 
 
+def _line(stream, text: str) -> None:
+    """`text` and its newline in one write: `print` makes two, between which a line that Ray's log thread prints
+    from a worker could land, inside ours."""
+    stream.write(text + "\n")
+    stream.flush()
+
+
 def _eta(elapsed: float, finished: int, total: int) -> str:
     if not finished:
         return "?"
@@ -42,8 +49,8 @@ class RunProgress:
             return
         doms = "not evaluated" if acc is None else "  ".join(f"{d} {v:5.2f}" for d, v in acc.items())
         eta = _eta(time.monotonic() - self.t0, self.done - self.first, self.rounds - self.first)
-        print(f"[{self.name}] round {self.done}/{self.rounds}  loss {rec['train_loss']:.4f}  {doms}  "
-              f"({rec['time_s']['round']:.1f}s, ETA {eta})", file=self.stream, flush=True)
+        _line(self.stream, f"[{self.name}] round {self.done}/{self.rounds}  loss {rec['train_loss']:.4f}  {doms}  "
+                           f"({rec['time_s']['round']:.1f}s, ETA {eta})")
 
     def close(self) -> None:
         if self.bar is not None:
@@ -76,7 +83,7 @@ class SweepProgress:
     def _show(self, line: str | None) -> None:
         if self.bar is None:
             if line:
-                print(f"[{self.counts()}] {line}", file=self.stream, flush=True)
+                _line(self.stream, f"[{self.counts()}] {line}")
             return
         if line:
             self.bar.write(line, file=self.stream)

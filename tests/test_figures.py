@@ -189,6 +189,33 @@ def test_run_progress_plain_lines_when_not_a_terminal():
     assert lines[2].endswith("ETA 00:00)")
 
 
+class Writes(io.StringIO):
+    """A stream that records each write: another thread's line can land only between two writes."""
+
+    def __init__(self):
+        super().__init__()
+        self.writes = []
+
+    def write(self, text: str) -> int:
+        self.writes.append(text)
+        return super().write(text)
+
+
+def test_every_plain_progress_line_is_one_write_with_its_newline():
+    """`print(line)` writes the line and its newline apart; a Ray worker's line printed between them would sit
+    inside ours."""
+    run_out, sweep_out = Writes(), Writes()
+    RunProgress("demo", 2, stream=run_out).update(fake_round(0, 10.0))
+    p = SweepProgress(2, stream=sweep_out)
+    p.started("a")
+    p.round("a", 0, 2, 10.0)
+    p.finished("a", {"final": {"AVG": 15.0}, "last5": None, "wall_time_s": 3})
+    assert len(run_out.writes) == 1 and run_out.writes[0].startswith("[demo] round 1/2 ")
+    assert [w.split("] ", 1)[1] for w in sweep_out.writes] == ["started a\n", "a: round 1/2, AVG 10.00\n",
+                                                                "a: AVG 15.00 final (3s)\n"]
+    assert all(w.count("\n") == 1 and w.endswith("\n") for w in run_out.writes + sweep_out.writes)
+
+
 def test_a_resumed_runs_progress_counts_its_own_rounds(monkeypatch):
     """A run resumed after 7 of its 10 rounds shows rounds 8 to 10 of 10, its time left from the rounds it trained
     (its clock here a fake one: the first round it trains takes 30 s)."""

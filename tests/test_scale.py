@@ -1,7 +1,9 @@
 """Hundreds of clients (docs/scale.md): the scaled Digits presets (100 and 500 clients, a tenth drawn a round) and
 host residency (`--client-memory`): a client group keeps its clients' images and persistent states in host memory
 and holds on its device only the client it is training or testing, by its own bookkeeping, with the numbers of a
-group that holds them all there."""
+group that holds them all there. The groups' device is `auto`: on a machine with a GPU (the GPU window runs this
+file, tools/gpu/on-device.sh) the device-placement checks test CUDA residency and pinned host memory; on a CPU the
+device is the host and they hold by construction."""
 from __future__ import annotations
 
 import collections
@@ -68,6 +70,11 @@ def test_a_group_of_250_clients_holds_one_on_its_device_at_a_time_with_the_numbe
               for m in ("host", "device", "disk")}
     host, device, disk = groups["host"], groups["device"], groups["disk"]
     assert host.on_device == set() and device.on_device == {c["id"] for c in clients}
+    # the bookkeeping above against where the images are: all on the run's device, or in host memory (pinned on CUDA
+    # for asynchronous copies)
+    where = device.device
+    assert all(x.device == where and y.device == where for x, y in device.data.values())
+    assert all(x.device.type == "cpu" and x.is_pinned() == (where.type == "cuda") for x, _ in host.data.values())
     global_state = build_model("resnet10", 10).state_dict()
     results = {m: [] for m in groups}
     for r in range(2):

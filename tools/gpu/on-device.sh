@@ -13,7 +13,8 @@
 #   sh CMD...        CMD in the code folder with the same environment
 #   window SECS ARGS one short window's plan in one call, everything collected within SECS seconds of its start:
 #                    `python3 -m ray_jobs.sweep ARGS` detached (the table's runs); beside it the engine tests on CUDA
-#                    (tests/test_fused.py, TEST_DEVICE=cuda: correctness, not timing); once the sweep ends, the bench
+#                    (tests/test_fused.py, TEST_DEVICE=cuda, and once MNIST is staged tests/test_scale.py, whose
+#                    groups take the GPU: correctness, not timing); once the sweep ends, the bench
 #                    (`ray_jobs.bench --skip-ray`, alone on the GPU) with the time left (its file rewritten after each
 #                    line; BENCH_ARGS adds to its flags, e.g. "--full-runs --full-rounds 3"); then `poll 0`. Run
 #                    `stage` first (in the same call: `stage && window ...`). WINDOW_TESTS=0: no engine tests (the
@@ -78,9 +79,10 @@ case "${1:-}" in
          bash "$self" bg sweep "python3 -m ray_jobs.sweep $*"
          rm -f $L/test-fused-cuda.log   # no earlier window's log in this one's
          if [ "${WINDOW_TESTS:-1}" != 0 ]; then
-           sel=(); [ "${WINDOW_TESTS:-1}" = bf16 ] && sel=(-k "bf16 or bfloat16")
+           more=(); [ -f $R/digits/mnist_test.npz ] && more=(tests/test_scale.py)  # (MNIST and USPS: from data2)
+           [ "${WINDOW_TESTS:-1}" = bf16 ] && more=(-k "bf16 or bfloat16")
            (cd $P && TEST_DEVICE=cuda timeout $((end - SECONDS - 60)) python3 -m pytest -q -p no:cacheprovider \
-              tests/test_fused.py ${sel[@]+"${sel[@]}"} > $L/test-fused-cuda.log 2>&1
+              tests/test_fused.py ${more[@]+"${more[@]}"} > $L/test-fused-cuda.log 2>&1
             echo "pytest exit status $?" >> $L/test-fused-cuda.log)
            tail -n 3 $L/test-fused-cuda.log
          fi
