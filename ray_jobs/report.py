@@ -105,10 +105,10 @@ def setting_line(cfg: RunConfig, domains: list[str], done: list[RunConfig] = ())
             + "".join(f" {d}: {note}." for d, note in STAND_INS.get(cfg.dataset, {}).items() if d in domains))
 
 
-def paired_gap_lines(gap: PairedGap | None, dataset: str, runs: list[RunConfig], metric: str) -> list[str]:
-    """The table's `PairedGap` line under `dataset`'s table, ours beside the paper's; nothing for another dataset,
-    or until both rows share a seed."""
-    if gap is None or dataset != gap.dataset:
+def paired_gap_lines(gap: PairedGap, dataset: str, runs: list[RunConfig], metric: str) -> list[str]:
+    """A `PairedGap`'s line under `dataset`'s table, ours beside the paper's; nothing for another dataset, or until
+    both rows share a seed."""
+    if dataset != gap.dataset:
         return []
     avg: dict[str, dict[int, float]] = {gap.minuend: {}, gap.subtrahend: {}}
     for c in runs:
@@ -238,7 +238,8 @@ def report(table: str, profile: str, runs: list[RunConfig], results_dir: Path) -
                 lines.append(f"| {m} | {np.mean(got):.2f} | {'–' if pv is None else f'{pv:.2f}'} |")
         if spec.client_avg is not None:
             lines += client_avg_lines(spec, methods, sub, c0, kept, refs)
-        lines += paired_gap_lines(spec.paired_gap, ds, runs, spec.metric)
+        for gap in spec.paired_gaps:
+            lines += paired_gap_lines(gap, ds, runs, spec.metric)
         lines.append("")
     fig_dir = results_dir / "figures" / name
     figs = table_figures(table, [Path(c.out) for c in runs], fig_dir, f"{spec.title}, {profile} profile")
