@@ -79,7 +79,7 @@ case "${1:-}" in
          bash "$self" bg sweep "python3 -m ray_jobs.sweep $*"
          rm -f $L/test-fused-cuda.log   # no earlier window's log in this one's
          if [ "${WINDOW_TESTS:-1}" != 0 ]; then
-           more=(); [ -f $R/digits/mnist_test.npz ] && more=(tests/test_scale.py)  # (MNIST and USPS: from data2)
+           more=(); [ -f $R/digits/mnist_test.npz ] && more=(tests/test_scale.py)  # (MNIST: data1 at today's tree size)
            [ "${WINDOW_TESTS:-1}" = bf16 ] && more=(-k "bf16 or bfloat16")
            (cd $P && TEST_DEVICE=cuda timeout $((end - SECONDS - 60)) python3 -m pytest -q -p no:cacheprovider \
               tests/test_fused.py ${more[@]+"${more[@]}"} > $L/test-fused-cuda.log 2>&1
