@@ -86,7 +86,7 @@ class SweepProgress:
                 _line(self.stream, f"[{self.counts()}] {line}")
             return
         if line:
-            self.bar.write(line, file=self.stream)
+            self.bar.write(line + "\n", file=self.stream, end="")  # one write, as `_line`'s
         if self.rounds_left:
             self.bar.total, self.bar.n = self.trained + sum(self.rounds_left.values()), self.trained
         else:

@@ -201,9 +201,9 @@ class Writes(io.StringIO):
         return super().write(text)
 
 
-def test_every_plain_progress_line_is_one_write_with_its_newline():
-    """`print(line)` writes the line and its newline apart; a Ray worker's line printed between them would sit
-    inside ours."""
+def test_every_progress_line_is_one_write_with_its_newline():
+    """`print(line)` and `tqdm.write(line)` write the line and its newline apart; a Ray worker's line printed between
+    them would sit inside ours. Plain lines, and on a terminal the lines above the bar."""
     run_out, sweep_out = Writes(), Writes()
     RunProgress("demo", 2, stream=run_out).update(fake_round(0, 10.0))
     p = SweepProgress(2, stream=sweep_out)
@@ -214,6 +214,10 @@ def test_every_plain_progress_line_is_one_write_with_its_newline():
     assert [w.split("] ", 1)[1] for w in sweep_out.writes] == ["started a\n", "a: round 1/2, AVG 10.00\n",
                                                                 "a: AVG 15.00 final (3s)\n"]
     assert all(w.count("\n") == 1 and w.endswith("\n") for w in run_out.writes + sweep_out.writes)
+    term = type("TerminalWrites", (Writes,), {"isatty": lambda self: True})()  # a bar, the lines above it
+    p = SweepProgress(2, stream=term)
+    p.finished("a", {"final": {"AVG": 15.0}, "last5": None, "wall_time_s": 3})
+    assert "a: AVG 15.00 final (3s)\n" in term.writes
 
 
 def test_a_resumed_runs_progress_counts_its_own_rounds(monkeypatch):
