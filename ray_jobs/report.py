@@ -105,21 +105,23 @@ def setting_line(cfg: RunConfig, domains: list[str], done: list[RunConfig] = ())
             + "".join(f" {d}: {note}." for d, note in STAND_INS.get(cfg.dataset, {}).items() if d in domains))
 
 
-def paired_gap_lines(gap: PairedGap, dataset: str, runs: list[RunConfig], metric: str) -> list[str]:
-    """A `PairedGap`'s line under `dataset`'s table, ours beside the paper's; nothing for another dataset, or until
-    both rows share a seed."""
-    if dataset != gap.dataset:
-        return []
-    avg: dict[str, dict[int, float]] = {gap.minuend: {}, gap.subtrahend: {}}
-    for c in runs:
-        if c.dataset == dataset and c.method in avg:
-            avg[c.method][c.seed] = read_summary(Path(c.out))[metric]["AVG"]
-    seeds = sorted(set(avg[gap.minuend]) & set(avg[gap.subtrahend]))
-    if not seeds:
-        return []
-    ours = float(np.mean([avg[gap.minuend][s] - avg[gap.subtrahend][s] for s in seeds]))
-    return ["", f"{gap.label} ({gap.what}, AVG, the seeds both rows have: {', '.join(map(str, seeds))}): "
-                f"ours {ours:+.2f}, paper {gap.paper:+.2f}."]
+def paired_gap_lines(gaps: tuple[PairedGap, ...], dataset: str, runs: list[RunConfig], metric: str) -> list[str]:
+    """A line per `PairedGap` of `dataset` under its table, ours beside the paper's; none for a gap of another
+    dataset, or until both its rows share a seed."""
+    lines = []
+    for gap in gaps:
+        if dataset != gap.dataset:
+            continue
+        avg: dict[str, dict[int, float]] = {gap.minuend: {}, gap.subtrahend: {}}
+        for c in runs:
+            if c.dataset == dataset and c.method in avg:
+                avg[c.method][c.seed] = read_summary(Path(c.out))[metric]["AVG"]
+        seeds = sorted(set(avg[gap.minuend]) & set(avg[gap.subtrahend]))
+        if seeds:
+            ours = float(np.mean([avg[gap.minuend][s] - avg[gap.subtrahend][s] for s in seeds]))
+            lines += ["", f"{gap.label} ({gap.what}, AVG, the seeds both rows have: {', '.join(map(str, seeds))}): "
+                          f"ours {ours:+.2f}, paper {gap.paper:+.2f}."]
+    return lines
 
 
 def report(table: str, profile: str, runs: list[RunConfig], results_dir: Path) -> pd.DataFrame:
@@ -238,8 +240,7 @@ def report(table: str, profile: str, runs: list[RunConfig], results_dir: Path) -
                 lines.append(f"| {m} | {np.mean(got):.2f} | {'–' if pv is None else f'{pv:.2f}'} |")
         if spec.client_avg is not None:
             lines += client_avg_lines(spec, methods, sub, c0, kept, refs)
-        for gap in spec.paired_gaps:
-            lines += paired_gap_lines(gap, ds, runs, spec.metric)
+        lines += paired_gap_lines(spec.paired_gaps, ds, runs, spec.metric)
         lines.append("")
     fig_dir = results_dir / "figures" / name
     figs = table_figures(table, [Path(c.out) for c in runs], fig_dir, f"{spec.title}, {profile} profile")

@@ -201,6 +201,10 @@ class Writes(io.StringIO):
         return super().write(text)
 
 
+class TerminalWrites(Writes, Terminal):
+    pass
+
+
 def test_every_progress_line_is_one_write_with_its_newline():
     """`print(line)` and `tqdm.write(line)` write the line and its newline apart; a Ray worker's line printed between
     them would sit inside ours. Plain lines, and on a terminal the lines above the bar."""
@@ -214,7 +218,7 @@ def test_every_progress_line_is_one_write_with_its_newline():
     assert [w.split("] ", 1)[1] for w in sweep_out.writes] == ["started a\n", "a: round 1/2, AVG 10.00\n",
                                                                 "a: AVG 15.00 final (3s)\n"]
     assert all(w.count("\n") == 1 and w.endswith("\n") for w in run_out.writes + sweep_out.writes)
-    term = type("TerminalWrites", (Writes,), {"isatty": lambda self: True})()  # a bar, the lines above it
+    term = TerminalWrites()  # a bar, the lines above it
     p = SweepProgress(2, stream=term)
     p.finished("a", {"final": {"AVG": 15.0}, "last5": None, "wall_time_s": 3})
     assert "a: AVG 15.00 final (3s)\n" in term.writes
