@@ -121,11 +121,11 @@ def test_table3s_paired_gaps_from_the_summaries(label, what, minuend, subtrahend
     assert line in section
 
 
-def test_fig5_pairs_the_seeds_both_rows_have(tmp_path):
+def test_paired_gaps_pair_the_seeds_both_rows_have(tmp_path):
     """Fig. 5's gap seed by seed over the seeds both CPCL rows have: cluster seeds 0, 1 and 2 against global seeds 0
     and 2 -> mean of (60 - 57) and (52 - 50) = +2.50 (the rows' means, 58.0 - 53.5 = +4.50, would mix in seed 1's
-    62); Table 3's other gap (U minus G) has no G row here, so no line; nothing without a shared seed, under another
-    dataset, or for a table without a paired gap."""
+    62). Table 3's other gap, U minus G, in its line before Fig. 5's: seed 1, 99 - 97 = +2.00. Nothing without a shared
+    seed, under another dataset, or for a table without a paired gap."""
     from ray_jobs.report import paired_gap_lines
 
     def made(method: str, seed: int, avg: float) -> RunConfig:
@@ -135,9 +135,12 @@ def test_fig5_pairs_the_seeds_both_rows_have(tmp_path):
         return RunConfig(method=method, dataset="office_caltech", seed=seed, out=str(out))
 
     runs = [made("fpl_cpcl_only", 0, 60.0), made("fpl_cpcl_only", 1, 62.0), made("fpl_cpcl_only", 2, 52.0),
-            made("fpl_cpcl_global", 0, 57.0), made("fpl_cpcl_global", 2, 50.0), made("fpl_upcr_only", 1, 99.0)]
+            made("fpl_cpcl_global", 0, 57.0), made("fpl_cpcl_global", 2, 50.0), made("fpl_upcr_only", 1, 99.0),
+            made("fpl_upcr_global", 1, 97.0)]
     fig5 = TABLES["3"].paired_gaps[1]
-    assert paired_gap_lines(TABLES["3"].paired_gaps, "office_caltech", runs, "last5") == [  # U minus G: no G row
+    assert paired_gap_lines(TABLES["3"].paired_gaps, "office_caltech", runs, "last5") == [
+        "", "Table 3 (UPCR towards the unbiased minus the global target, U minus G, AVG, the seeds both rows have: 1): "
+            "ours +2.00, paper +0.74.",
         "", "Fig. 5 (CPCL only, cluster minus global prototypes, AVG, the seeds both rows have: 0, 2): ours +2.50, "
             "paper +2.08."]
     assert paired_gap_lines((fig5,), "office_caltech", [runs[1], runs[3]], "last5") == []  # seeds 1, 0: none shared
