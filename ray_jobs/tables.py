@@ -330,6 +330,12 @@ GAP_NOTES: dict[tuple[str, str, str, str], GapNote] = {
                                          "head and loss (docs/deviations.md, 31), a method the paper's row was not "
                                          "run as")
        for ds in ("digit5", "office10")},
+    **{("fedapc", ds, "fedapc", "*"): GapNote(
+        "FedAPC has no public code: the number of views, tau, the prototypes' eval-mode pass after training, momentum, "
+        "weight decay and local epochs are our choices (docs/deviations.md, 28); docs/fedapc.md compares the row with "
+        "our FedAvg seed by seed; untested as the cause: tau (0.02, FPL's value for several prototypes per class, "
+        "where FedAPC has one) and prototypes taken in train mode", side="below")
+       for ds in ("office_caltech", "digits")},
     # FedProto's Tables 1 and 2 (ray_jobs.report_fedproto): its ± is the std over one run's clients
     **{("fedproto", "mnist", m, "*"): GapNote("the official FedProto code has no baselines (the paper's come from code "
                                               "not published); ours run FedProto's split, model, batch, test samples "

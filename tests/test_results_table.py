@@ -249,6 +249,21 @@ def test_the_feddyn_gap_note_quotes_the_papers_averages():
                           paper.TABLE2["fedavg"]["office_caltech"]["AVG"], paper.TABLE2["fedavg"]["digits"]["AVG"]]
 
 
+def test_the_fedapc_gap_note_is_its_rows_below_the_paper_only():
+    """FedAPC's note (its unstated choices) names the FedAPC row's cells below the paper in its own table, on both
+    datasets; not a cell above the paper, not the FedAvg row, not FedAPC under another table's protocol."""
+    from ray_jobs.report import gap_note
+
+    def note(table, ds, method, diff):
+        return gap_note(table, ds, method, "caltech", diff=diff, std=0.0, seeds=3, planned_seeds=3, test_size=None)
+
+    for ds in ("office_caltech", "digits"):
+        assert note("fedapc", ds, "fedapc", -5.0).startswith("FedAPC has no public code")
+        assert note("fedapc", ds, "fedapc", +5.0) == "not known"
+    assert note("fedapc", "office_caltech", "fedavg", -5.0) == "not known"
+    assert note("all", "office_caltech", "fedapc", -5.0) == "not known"
+
+
 def test_fedopt_note_holds_for_the_paper_and_the_committed_runs():
     """FPL Table 2's FedOpt Amazon note: the paper's FedOpt row sits below its FedAvg row on Amazon and above it on
     Webcam by the margins quoted; our rows (mean over seeds 0-2 of the committed runs' last-5 accuracy) move the same
