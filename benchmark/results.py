@@ -94,8 +94,9 @@ LATER_KEYS = {"aggregation": "samples", "client_init": "shared", "dirichlet_alph
               "participation": 1.0, "dirichlet_seed": None}
 # method hyperparameters added since runs were recorded, and the value a run recorded without one ran with: FPL's
 # (and its variants') `lambda`, its weight on CPCL + UPCR, whose loss had no weight before (1); FedPLVM's `dp_budget`
-# (2026-11-26), whose DP-SGD spent its budget over the whole run before ("run")
-LATER_HPARAMS = {"lambda": 1.0, "dp_budget": "run"}
+# (2026-11-26), whose DP-SGD spent its budget over the whole run before ("run"); FedAPC's `prototypes` (2026-11-28),
+# a pass after local training before ("after")
+LATER_HPARAMS = {"lambda": 1.0, "dp_budget": "run", "prototypes": "after"}
 
 
 def protocol(cfg) -> dict:

@@ -11,9 +11,12 @@ feature is the mean over `n_views` augmented views (random crop and flip as in t
 then torchvision's random erasing, drawn from the client's generator), and its local
 augmented prototypes are the class means of these features (the paper's Eq. 2, 3).
 `augment=false` (the Table II ablation, registry variant `fedapc_noaug`): one view, the
-image itself. Server: sample-weighted FedAvg of the weights (Alg. 1, line 9); the global
-prototype of a class is the unweighted mean of the clients' local prototypes (the text's
-"averaging"; Eq. 4's sum differs by a positive factor, which the cosine ignores).
+image itself. `prototypes=last_epoch` reads Alg. 1, which lists Eq. 3 inside the batch loop, as
+FPL's and FedProto's code gather prototypes: the class means of the training-mode features of
+the last local epoch's batches (one augmented view each, no pass after training). Server:
+sample-weighted FedAvg of the weights (Alg. 1, line 9); the global prototype of a class is the
+unweighted mean of the clients' local prototypes (the text's "averaging"; Eq. 4's sum differs
+by a positive factor, which the cosine ignores).
 """
 from __future__ import annotations
 
@@ -73,7 +76,9 @@ class FedAPCClient(ClientModule):
 
     def local_prototypes(self, x=None, y=None, generator=None):
         """Class -> mean augmented feature of the client's training images of that class (Eq. 3), from the
-        trained model in eval mode (CPU)."""
+        trained model in eval mode (CPU); under `prototypes=last_epoch` the last local epoch's class means."""
+        if self.hparams["prototypes"] == "last_epoch":
+            return super().local_prototypes()
         was_training = self.training
         self.eval()
         try:

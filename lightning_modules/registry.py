@@ -369,12 +369,17 @@ def _check_fedapc(hp):
     _positive("tau")(hp)
     _boolean("augment")(hp)
     _positive_int("n_views")(hp)
+    _choices(prototypes=("after", "last_epoch"))(hp)
+    if hp["prototypes"] == "last_epoch" and not hp["augment"]:
+        raise HyperparameterError("augment=false takes prototypes=after: the last epoch's training batches are "
+                                  "augmented (crop and flip); use fedapc_noaug with prototypes=after.")
 
 
 FEDAPC_DEFAULTS = dict(  # the paper states none of these; docs/fedapc.md gives the reasons
     n_views=4,  # augmented views averaged per image for its prototype feature (Eq. 2)
     tau=0.02,  # temperature of L_APC, CPCL's (FPL's code) since L_APC is CPCL's form
     augment=True,  # Table II: False = prototypes from the un-augmented images (one view)
+    prototypes="after",  # a pass after local training (the text); "last_epoch": the last epoch's batches (Alg. 1)
 )
 register(Method(
     name="fedapc", client=FedAPCClient, server=FedAPCServer, defaults=FEDAPC_DEFAULTS, validate=_check_fedapc,

@@ -4,6 +4,7 @@ class means of them, global prototypes the mean over clients, L_APC the CPCL-for
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -20,6 +21,7 @@ from ray_jobs.config import RunConfig
 from tiny_net import TinyNet
 
 NAN = float("nan")
+ROOT = Path(__file__).resolve().parent.parent
 
 
 @pytest.fixture(scope="module")
@@ -40,16 +42,59 @@ def make_client(method="fedapc", **hp):
 def test_registry():
     m, v = METHODS["fedapc"], METHODS["fedapc_noaug"]
     assert m.client is v.client is FedAPCClient and m.server is v.server is FedAPCServer
-    assert m.defaults == {"n_views": 4, "tau": 0.02, "augment": True} and m.variant_of is None
+    assert m.defaults == {"n_views": 4, "tau": 0.02, "augment": True, "prototypes": "after"} and m.variant_of is None
     assert v.defaults == {**m.defaults, "augment": False} and v.variant_of == "fedapc"
 
 
 @pytest.mark.parametrize("name,value", [("n_views", 0), ("n_views", 2.5), ("n_views", True), ("tau", 0),
-                                        ("tau", "abc"), ("augment", "yes")])
+                                        ("tau", "abc"), ("augment", "yes"), ("prototypes", "eval")])
 def test_bad_hyperparameter_is_refused_naming_it(name, value):
     for method in ("fedapc", "fedapc_noaug"):
         with pytest.raises(ValueError, match=name):
             RunConfig(method=method, hparams={name: value})
+
+
+def test_prototypes_of_the_last_epoch_refuse_the_ablation_without_augmentation():
+    with pytest.raises(ValueError, match="augment=false takes prototypes=after"):
+        RunConfig(method="fedapc_noaug", hparams={"prototypes": "last_epoch"})
+
+
+def test_prototypes_of_the_last_epoch_are_its_training_mode_class_means(usps):
+    """`prototypes=last_epoch`: the class means of the train-mode features the last epoch's batches gave (here two
+    batches, computed again by hand), no pass over the data after training: the generator draws nothing."""
+    x, y = usps
+    module = make_client(prototypes="last_epoch")
+    module.on_train_epoch_start()
+    batches = [normalize(x[:25]).double(), normalize(x[25:]).double()]
+    features = []
+    for b, labels in zip(batches, (y[:25], y[25:])):
+        with torch.no_grad():
+            features.append(module.net(b)[1])  # the features before the step: training_step gathers these
+        module.training_step((b, labels), 0)
+    z = torch.cat(features)
+    g = torch.Generator().manual_seed(0)
+    protos = module.local_prototypes(x, y, g)
+    assert torch.equal(g.get_state(), torch.Generator().manual_seed(0).get_state())
+    assert sorted(protos) == sorted(set(y.tolist()))
+    for k, p in protos.items():
+        torch.testing.assert_close(p, z[y == k].mean(dim=0), rtol=1e-12, atol=1e-12)
+
+
+def test_the_committed_runs_made_their_prototypes_after_training():
+    """The FedAPC runs recorded before `prototypes` existed are complete for "after", the only pass there was,
+    and not for "last_epoch" (their summaries, as committed)."""
+    from benchmark.results import is_complete, protocol
+
+    runs = sorted(ROOT.glob("results/runs/fedapc-office_caltech-fedapc-seed*"))
+    assert runs
+    for run in runs:
+        recorded = json.loads((run / "summary.json").read_text())["protocol"]
+        assert "prototypes" not in recorded["hparams"]
+        cfg = RunConfig.from_preset("fedapc-office", method="fedapc", seed=recorded["seed"])
+        assert is_complete(run, protocol(cfg))
+        assert not is_complete(run, protocol(RunConfig.from_preset("fedapc-office", method="fedapc",
+                                                                   seed=recorded["seed"],
+                                                                   hparams={"prototypes": "last_epoch"})))
 
 
 def test_augmented_feature_is_the_mean_over_its_views(usps):
