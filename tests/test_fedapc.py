@@ -69,7 +69,7 @@ def test_prototypes_of_the_last_epoch_are_its_training_mode_class_means(usps):
     features = []
     for b, labels in zip(batches, (y[:25], y[25:])):
         with torch.no_grad():
-            features.append(module.net(b)[1])  # the features before the step: training_step gathers these
+            features.append(module.net(b)[1])  # training_step's own (it takes no optimizer step)
         module.training_step((b, labels), 0)
     z = torch.cat(features)
     g = torch.Generator().manual_seed(0)
