@@ -13,7 +13,7 @@ augmented prototypes are the class means of these features (the paper's Eq. 2, 3
 `augment=false` (the Table II ablation, registry variant `fedapc_noaug`): one view, the
 image itself. `prototypes=last_epoch` reads Alg. 1, which lists Eq. 3 inside the batch loop, as
 FPL's and FedProto's code gather prototypes: the class means of the training-mode features of
-the last local epoch's batches (one augmented view each, no pass after training). Server:
+the last local epoch's batches (one view each, as training makes it; no pass after training). Server:
 sample-weighted FedAvg of the weights (Alg. 1, line 9); the global prototype of a class is the
 unweighted mean of the clients' local prototypes (the text's "averaging"; Eq. 4's sum differs
 by a positive factor, which the cosine ignores).

@@ -370,9 +370,10 @@ def _check_fedapc(hp):
     _boolean("augment")(hp)
     _positive_int("n_views")(hp)
     _choices(prototypes=("after", "last_epoch"))(hp)
-    if hp["prototypes"] == "last_epoch" and not hp["augment"]:
-        raise HyperparameterError("augment=false takes prototypes=after: the last epoch's training batches are "
-                                  "augmented (crop and flip); use fedapc_noaug with prototypes=after.")
+    if hp["prototypes"] == "last_epoch" and (not hp["augment"] or hp["n_views"] != FEDAPC_DEFAULTS["n_views"]):
+        raise HyperparameterError("augment and n_views shape the pass after training (prototypes=after); "
+                                  "prototypes=last_epoch takes the training batches as the protocol makes them: "
+                                  "leave augment and n_views at their defaults (fedapc, not fedapc_noaug).")
 
 
 FEDAPC_DEFAULTS = dict(  # the paper states none of these; docs/fedapc.md gives the reasons

@@ -342,7 +342,8 @@ GAP_NOTES: dict[tuple[str, str, str, str], GapNote] = {
         "FedAPC has no public code: the number of views, tau, the prototypes' eval-mode pass after training, momentum, "
         "weight decay and local epochs are our choices (docs/deviations.md, 28); docs/fedapc.md compares the row with "
         "our FedAvg seed by seed; untested as the cause: tau (0.02, FPL's value for several prototypes per class, "
-        "where FedAPC has one) and prototypes taken in train mode (--hp prototypes=last_epoch)", side="below")
+        "where FedAPC has one) and Alg. 1's prototypes from the last epoch's training batches (--hp "
+        "prototypes=last_epoch)", side="below")
        for ds in ("office_caltech", "digits")},
     # FedProto's Tables 1 and 2 (ray_jobs.report_fedproto): its ± is the std over one run's clients
     **{("fedproto", "mnist", m, "*"): GapNote("the official FedProto code has no baselines (the paper's come from code "

@@ -185,6 +185,21 @@ def test_fused_equals_sequential_when_clients_start_from_their_own_weights(metho
     assert max_rel_diff(shared[0][0]["sum"], seq[0][0]["sum"]) > 1e-3
 
 
+def test_fused_equals_sequential_for_fedapcs_prototypes_of_the_last_epoch(shards):
+    """FedAPC's `prototypes=last_epoch` uploads the last local epoch's class means, which both engines gather (the
+    fused one per client in the stack): fused = sequential; and they are not the pass after training's."""
+    seq, fused = run_rounds("fedapc", shards, [("sequential", torch.float64, "32-true"),
+                                                ("fused", torch.float64, "32-true")],
+                            hparams={"prototypes": "last_epoch"})
+    for (rs, _), (rf, _) in zip(seq, fused):
+        assert sorted(rf["protos"]) == sorted(SIZES)
+        assert max_rel_diff(rf["sum"], rs["sum"]) < 1e-9
+        assert max_rel_diff(rf["protos"], rs["protos"]) < 1e-9
+    (after, _), = run_rounds("fedapc", shards, [("sequential", torch.float64, "32-true")], rounds=1)[0]
+    assert max_rel_diff(after["sum"], seq[0][0]["sum"]) < 1e-9  # round 0 trains CE alone: the same weights
+    assert max_rel_diff(after["protos"], seq[0][0]["protos"]) > 1e-3
+
+
 def test_fused_equals_sequential_for_fedrep_with_clients_in_different_phases(shards):
     """FedRep's phases are each client's own in the stack. With rep_epochs=1.5 of 2 local epochs a client trains
     its head in its first round(0.5 x its steps per epoch) steps, then its body: the clients of 10 samples (3 steps
