@@ -87,11 +87,11 @@ def test_the_committed_runs_made_their_prototypes_after_training():
     the only pass there was, and not for "last_epoch"."""
     from benchmark.results import is_complete, protocol
 
-    runs = [run for run in sorted(ROOT.glob("results/runs/fedapc-office_caltech-fedapc-seed*"))
-            if "prototypes" not in json.loads((run / "summary.json").read_text())["protocol"]["hparams"]]
-    assert len(runs) >= 2
-    for run in runs:
-        recorded = json.loads((run / "summary.json").read_text())["protocol"]
+    protocols = {run: json.loads((run / "summary.json").read_text())["protocol"]
+                 for run in sorted(ROOT.glob("results/runs/fedapc-office_caltech-fedapc-seed*"))}
+    old = {run: p for run, p in protocols.items() if "prototypes" not in p["hparams"]}
+    assert len(old) >= 2
+    for run, recorded in old.items():
         cfg = RunConfig.from_preset("fedapc-office", method="fedapc", seed=recorded["seed"])
         assert is_complete(run, protocol(cfg))
         assert not is_complete(run, protocol(RunConfig.from_preset("fedapc-office", method="fedapc",
