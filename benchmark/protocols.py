@@ -138,6 +138,13 @@ PRESETS: dict[str, dict] = {
     "fedapc-office": dict(dataset="office_caltech", **_FEDAPC),
 }
 
+# Method hyperparameters a protocol sets over the method's defaults: preset -> method -> hparams. FedOpt's default
+# step is RethinkFL's (from the clients' mean: FPL's protocol, also the protocol of a run without a preset); the other
+# papers' protocols take Reddi et al.'s (from the global model) (docs/deviations.md, 10)
+PRESET_HPARAMS: dict[str, dict[str, dict]] = {
+    p: {"fedopt": {"step_from": "global"}} for p in PRESETS if p.startswith(("fedplvm-", "fedproto-", "fedapc-"))
+}
+
 
 def reference_random_split(dataset: str, seed: int, max_per_domain: int = 10) -> dict[str, int]:
     """Clients per domain drawn from the seed as RethinkFL's `utils/training.py` does with `--rand_dataset`.

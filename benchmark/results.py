@@ -95,8 +95,9 @@ LATER_KEYS = {"aggregation": "samples", "client_init": "shared", "dirichlet_alph
 # method hyperparameters added since runs were recorded, and the value a run recorded without one ran with: FPL's
 # (and its variants') `lambda`, its weight on CPCL + UPCR, whose loss had no weight before (1); FedPLVM's `dp_budget`
 # (2026-11-26), whose DP-SGD spent its budget over the whole run before ("run"); FedAPC's `prototypes` (2026-11-28),
-# a pass after local training before ("after")
-LATER_HPARAMS = {"lambda": 1.0, "dp_budget": "run", "prototypes": "after"}
+# a pass after local training before ("after"); FedOpt's `step_from` (2026-11-29), whose step started from the global
+# model before ("global", Reddi et al.'s)
+LATER_HPARAMS = {"lambda": 1.0, "dp_budget": "run", "prototypes": "after", "step_from": "global"}
 
 
 def protocol(cfg) -> dict:

@@ -4,7 +4,10 @@ Sashank J. Reddi, Zachary Charles, Manzil Zaheer, Zachary Garrett, Keith Rush, J
 Sanjiv Kumar, H. Brendan McMahan. "Adaptive Federated Optimization." ICLR 2021.
 
 Server: SGD with momentum on the pseudo-gradient w_global - mean(w_clients) of the
-parameters; BatchNorm buffers take the mean (docs/deviations.md, 10). The mean is
+parameters; BatchNorm buffers take the mean (docs/deviations.md, 10). Where the step starts (`step_from`):
+Reddi et al.'s steps from the global model, w_global - lr * m (`global`); RethinkFL's code, behind FPL's
+Table 2, steps from the clients' mean, mean - lr * m (`mean`): its ResNet's duplicated `state_dict()` keys load
+the mean over the parameters before its optimiser steps. The mean is
 unweighted over clients like RethinkFL's and MarsFL's `mean(dim=0)` (`weighting=uniform`,
 the default), or sample-weighted (`weighting=samples`).
 """
@@ -34,5 +37,6 @@ class FedOptServer(FedAvgServer):
             buf = self.momentum_buf.get(k)
             buf = grad if buf is None else self.hparams["server_momentum"] * buf + grad
             self.momentum_buf[k] = buf
-            new[k] = global_state[k].to(torch.float64) - self.hparams["server_lr"] * buf
+            base = mean64[k] if self.hparams["step_from"] == "mean" else global_state[k].to(torch.float64)
+            new[k] = base - self.hparams["server_lr"] * buf
         return cast_like(new, global_state)

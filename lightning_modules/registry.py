@@ -82,7 +82,7 @@ def _all(*checks):
 
 def _check_fedopt(hp):
     _positive("server_lr")(hp)
-    _choices(weighting=("uniform", "samples"))(hp)
+    _choices(weighting=("uniform", "samples"), step_from=("mean", "global"))(hp)
     m = hp["server_momentum"]
     if isinstance(m, bool) or not isinstance(m, (int, float)) or not 0 <= m < 1:
         raise HyperparameterError(f"server_momentum must be a number in [0, 1) (got {m!r}).")
@@ -162,6 +162,9 @@ register(Method(
         server_lr=0.5,  # server SGD learning rate on the pseudo-gradient (dev. 10)
         server_momentum=0.9,  # server SGD momentum
         weighting="uniform",  # the client mean: unweighted as RethinkFL's mean(dim=0), or by "samples" (dev. 10)
+        # where the server step starts: the clients' "mean" (RethinkFL's code, FPL's protocol) or the "global" model
+        # (Reddi et al.; the other papers' presets, benchmark.protocols.PRESET_HPARAMS) (dev. 10)
+        step_from="mean",
     ),
     validate=_check_fedopt, description="FedOpt (server SGD with momentum)",
 ))

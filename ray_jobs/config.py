@@ -18,8 +18,9 @@ from pathlib import Path
 
 from benchmark.data import DATASETS, TWO_ARCHIVE_SPLIT
 from benchmark.partition import LabelSkew, load_counts
-from benchmark.protocols import (AGGREGATIONS, CLIENT_INITS, DATASET_SPECS, DEFAULT_SPLIT, PRECISIONS, PRESETS,
-                                 RANDOM_SPLIT, SPLITS, ConfigError, DatasetSpec, reference_random_split, splits_of)
+from benchmark.protocols import (AGGREGATIONS, CLIENT_INITS, DATASET_SPECS, DEFAULT_SPLIT, PRECISIONS, PRESET_HPARAMS,
+                                 PRESETS, RANDOM_SPLIT, SPLITS, ConfigError, DatasetSpec, reference_random_split,
+                                 splits_of)
 from benchmark.results import LAST_K
 from benchmark.sampling import participants
 from lightning_modules.clients import CLIENT_MEMORY, ENGINES
@@ -212,13 +213,19 @@ class RunConfig:
         if unknown_hp:
             known = ", ".join(sorted(spec.defaults)) or "none"
             raise ConfigError(f"unknown hyperparameter(s) {unknown_hp} for {self.method}; it takes: {known}.")
-        set_("hparams", {**spec.defaults, **self.hparams})
+        set_("hparams", {**self.hparam_defaults, **self.hparams})
         spec.validate(self.hparams)
         if self.engine == "fused" and private(self.hparams):
             raise ConfigError(FUSED_REFUSAL)
         if spec.client_model is not None and self.dataset_spec.model != "cnn_mnist":
             raise ConfigError(f"{self.method} varies the MNIST CNN's conv2 width per client; use --preset "
                               f"fedproto-mnist-n3 (or -n4, -n5), not {self.dataset} ({self.dataset_spec.model}).")
+
+    @property
+    def hparam_defaults(self) -> dict:
+        """The method's hyperparameters under this run's protocol: the registry's defaults and what its preset sets
+        over them (`PRESET_HPARAMS`: FedOpt's step under the other papers' protocols)."""
+        return {**METHODS[self.method].defaults, **PRESET_HPARAMS.get(self.preset, {}).get(self.method, {})}
 
     def evaluates(self, round_idx: int) -> bool:
         """Whether the global model (or each client's) is tested after round `round_idx`: every `eval_every`-th
@@ -300,7 +307,7 @@ class RunConfig:
         part = "" if self.participation == 1 else f"-part{self.participation:g}"
         # each hyperparameter away from the method's default (a grid's point, --hp): -alpha0.125; at the default none,
         # so a grid's default point is the method's plain run
-        defaults = METHODS[self.method].defaults
+        defaults = self.hparam_defaults
         hp = "".join(f"-{k}{v:g}" if isinstance(v, float) else f"-{k}{v}"
                      for k, v in self.hparams.items() if v != defaults[k])
         return f"{self.method}-{self.dataset}{dom}-{self.split}{skew}{hp}{part}-seed{self.seed}"

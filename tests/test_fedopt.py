@@ -1,8 +1,12 @@
 """FedOpt (PROTOCOL.md section 1, baselines): server SGD with momentum 0.9 on the pseudo-gradient
 w_global - mean(client weights), server lr 0.5; clients train CE only; buffers take the mean.
 The mean is unweighted over clients by default (RethinkFL's and MarsFL's `mean(dim=0)`);
-`weighting=samples` weights it by the clients' sample counts."""
+`weighting=samples` weights it by the clients' sample counts. The step starts from the clients' mean under FPL's
+protocol (`step_from=mean`, RethinkFL's code) and from the global model under the other papers' (`global`, Reddi et
+al.'s)."""
 from __future__ import annotations
+
+import json
 
 import pytest
 import torch
@@ -22,13 +26,59 @@ def f64(*v):
 
 
 def make_rule(keys, **hp):
-    return FedOptServer({**METHODS["fedopt"].defaults, **hp}, 10, 4, 5, keys)
+    return FedOptServer({**METHODS["fedopt"].defaults, "step_from": "global", **hp}, 10, 4, 5, keys)
 
 
 def test_registry_defaults():
     m = METHODS["fedopt"]
     assert m.client is FedAvgClient and m.server is FedOptServer
-    assert m.defaults == {"server_lr": 0.5, "server_momentum": 0.9, "weighting": "uniform"}
+    assert m.defaults == {"server_lr": 0.5, "server_momentum": 0.9, "weighting": "uniform", "step_from": "mean"}
+
+
+@pytest.mark.parametrize("step_from", ["mean", "global"])
+def test_three_rounds_by_hand_from_either_start(step_from):
+    """lr 0.5, momentum 0.9, one parameter. The pseudo-gradient is always w - mean; the new model is mean - 0.5 buf
+    (RethinkFL's code) or w - 0.5 buf (Reddi et al.)."""
+    rule = make_rule(["w"], step_from=step_from)
+    w = {"w": torch.tensor([1.0])}
+    means = (0.0, 2.0, 1.0)
+    # from the mean: g = 1 - 0 = 1, buf 1, w = 0 - 0.5 = -0.5; g = -0.5 - 2 = -2.5, buf 0.9 - 2.5 = -1.6,
+    # w = 2 + 0.8 = 2.8; g = 2.8 - 1 = 1.8, buf -1.44 + 1.8 = 0.36, w = 1 - 0.18 = 0.82
+    # from the global model: g = 1, buf 1, w = 1 - 0.5 = 0.5; g = 0.5 - 2 = -1.5, buf 0.9 - 1.5 = -0.6,
+    # w = 0.5 + 0.3 = 0.8; g = 0.8 - 1 = -0.2, buf -0.54 - 0.2 = -0.74, w = 0.8 + 0.37 = 1.17
+    want = {"mean": (-0.5, 2.8, 0.82), "global": (0.5, 0.8, 1.17)}[step_from]
+    for r, (mean, expected) in enumerate(zip(means, want)):
+        w = rule.aggregate(w, {"w": f64(mean)}, r)
+        torch.testing.assert_close(w["w"], torch.tensor([expected]))
+
+
+def test_fpl_protocol_steps_from_the_mean_the_others_from_the_global_model():
+    """The registry's default is FPL's protocol's (RethinkFL's code); the other papers' presets set Reddi et al.'s
+    step, and a run's folder name says the step only where it is not its protocol's."""
+    assert RunConfig(method="fedopt", dataset="office_caltech").hparams["step_from"] == "mean"
+    fpl = RunConfig.from_preset("fpl-office", method="fedopt")
+    assert fpl.hparams["step_from"] == "mean" and fpl.run_name == "fedopt-office_caltech-default-seed0"
+    plvm = RunConfig.from_preset("fedplvm-office10", method="fedopt")
+    assert plvm.hparams["step_from"] == "global" and plvm.run_name == "fedopt-office10-default-seed0"
+    assert RunConfig.from_preset("fedapc-office", method="fedopt").hparams["step_from"] == "global"
+    assert RunConfig.from_preset("fedproto-mnist-n3", method="fedopt").hparams["step_from"] == "global"
+    other = RunConfig.from_preset("fpl-office", method="fedopt", hparams={"step_from": "global"})
+    assert other.run_name == "fedopt-office_caltech-default-step_fromglobal-seed0"
+    with pytest.raises(ValueError, match="step_from must be one of mean, global"):
+        RunConfig(method="fedopt", hparams={"step_from": "model"})
+
+
+def test_runs_recorded_before_the_key_stepped_from_the_global_model():
+    """A summary without step_from (every FedOpt run before 2026-11-29) took Reddi et al.'s step: it is not taken for
+    a run of FPL's protocol today, and is one of step_from=global."""
+    from benchmark.results import protocol, with_later_hparams
+    today = json.loads(json.dumps(protocol(RunConfig.from_preset("fpl-office", method="fedopt"))))
+    old = {**today, "hparams": {k: v for k, v in today["hparams"].items() if k != "step_from"}}
+    assert with_later_hparams(old, today)["hparams"]["step_from"] == "global"
+    assert protocol(with_later_hparams(old, today)) != today
+    reddi = json.loads(json.dumps(protocol(RunConfig.from_preset("fpl-office", method="fedopt",
+                                                                 hparams={"step_from": "global"}))))
+    assert protocol(with_later_hparams(old, reddi)) == reddi
 
 
 def test_momentum_step_two_rounds_hand_numbers():
@@ -47,10 +97,13 @@ def test_momentum_step_two_rounds_hand_numbers():
     assert int(g2["bn.n"]) == 6
 
 
-def test_matches_torch_sgd_on_the_pseudo_gradient():
+@pytest.mark.parametrize("step_from", ["global", "mean"])
+def test_matches_torch_sgd_on_the_pseudo_gradient(step_from):
+    """torch's SGD on the pseudo-gradient; from the mean, the parameters are set to the mean between the gradient
+    and the step, as RethinkFL's `update_global` leaves them (its duplicated state_dict keys load the mean last)."""
     gen = torch.Generator().manual_seed(0)
     keys = ["a", "b"]
-    rule = make_rule(keys)
+    rule = make_rule(keys, step_from=step_from)
     glob = {"a": torch.randn(3, generator=gen), "b": torch.randn(2, 2, generator=gen)}
     ref = [torch.nn.Parameter(glob[k].double().clone()) for k in keys]
     opt = torch.optim.SGD(ref, lr=0.5, momentum=0.9)  # the independent implementation
@@ -59,6 +112,9 @@ def test_matches_torch_sgd_on_the_pseudo_gradient():
                 for k in keys}
         for p, k in zip(ref, keys):
             p.grad = p.detach() - mean[k]
+            if step_from == "mean":
+                with torch.no_grad():
+                    p.copy_(mean[k])
         opt.step()
         glob = rule.aggregate(glob, mean, r)
         for p, k in zip(ref, keys):

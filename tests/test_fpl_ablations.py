@@ -213,7 +213,7 @@ def test_valid_overrides_are_merged_with_defaults():
     cfg = RunConfig(method="fpl", hparams={"tau": 0.05, "cpcl": False})
     assert cfg.hparams == {**METHODS["fpl"].defaults, "tau": 0.05, "cpcl": False}
     assert RunConfig(method="fedopt", hparams={"server_momentum": 0}).hparams == {
-        "server_lr": 0.5, "server_momentum": 0, "weighting": "uniform"}
+        "server_lr": 0.5, "server_momentum": 0, "weighting": "uniform", "step_from": "mean"}
     assert RunConfig(method="moon").hparams == {"mu": 5.0, "temperature": 0.5, "frozen_mode": "train",
                                                 "initial_previous": "own", "double_forward": True}
     assert RunConfig(method="fedavg").hparams == {}
