@@ -116,6 +116,13 @@ class ClientModule(L.LightningModule):
     # the run's rounds (the client group sets it): DP-SGD's accountant counts the whole run's steps (`dp_budget` run)
     run_rounds = 1
 
+    @property
+    def max_grad_norm(self) -> float | None:
+        """Both engines scale each step's gradients (the client's own, over every parameter its optimiser updates) to
+        at most this L2 norm before the step, as `torch.nn.utils.clip_grad_norm_` (Acar et al.'s FedDyn clips at 10);
+        None: no clipping. A method offers it as its hyperparameter `max_grad_norm`."""
+        return self.hparams.get("max_grad_norm")
+
     def __init__(self, net: nn.Module, hparams: dict | None = None, *, lr: float = 0.01, momentum: float = 0.9,
                  weight_decay: float = 1e-5):
         super().__init__()
@@ -317,6 +324,9 @@ def fit_local(module: ClientModule, x: torch.Tensor, y: torch.Tensor, epochs: in
                     loss = module.training_step(augmented_batch(x, y, idx, generator, dtype, module.transform), i)
                 optimizer.zero_grad(set_to_none=True)
                 loss.backward()
+                if module.max_grad_norm:
+                    nn.utils.clip_grad_norm_([p for g in optimizer.param_groups for p in g["params"]],
+                                             module.max_grad_norm)
                 optimizer.step()
                 total += loss.detach()
                 steps += 1

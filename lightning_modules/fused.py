@@ -146,6 +146,16 @@ class StackedSGD:
             torch._foreach_add_(ps, bufs, alpha=-lr)
 
 
+def clip_per_client(grads: list[torch.Tensor | None], max_norm: float) -> None:
+    """`torch.nn.utils.clip_grad_norm_` on each client's slice of stacked gradients (dimension 0: the clients), in
+    place: a client's gradients scaled by min(1, max_norm / (their L2 norm + 1e-6))."""
+    present = [g for g in grads if g is not None]
+    norms = torch.stack([g.flatten(1).norm(dim=1) for g in present]).norm(dim=0)
+    coef = (max_norm / (norms + 1e-6)).clamp(max=1.0)
+    for g in present:
+        g.mul_(coef.view(-1, *[1] * (g.dim() - 1)).to(g.dtype))
+
+
 def training_losses(hooks: _Hooks, state: dict, shared: dict, xb: torch.Tensor, yb: torch.Tensor,
                     step: int) -> torch.Tensor:
     """The clients' `training_step` losses: the module's hook under vmap, each client with its slice of `state`."""
@@ -313,6 +323,8 @@ def fit_fused(
             if loss.requires_grad:
                 loss.backward()
             grads = [state[name].grad for name in trainable]
+            if module.max_grad_norm:
+                clip_per_client(grads, module.max_grad_norm)
             optimizer.step(grads, per_parameter)
             for name in some:
                 state[name].grad = None

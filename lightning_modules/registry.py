@@ -38,12 +38,16 @@ class HyperparameterError(ValueError):
     pass
 
 
-def _positive(*names):
+def _positive(*names, optional=False):
+    """A check that each named hyperparameter is a number above 0 (or, `optional`, null: off)."""
     def check(hp):
         for n in names:
             v = hp[n]
+            if optional and v is None:
+                continue
             if isinstance(v, bool) or not isinstance(v, (int, float)) or not v > 0:
-                raise HyperparameterError(f"{n} must be a number > 0 (got {v!r}).")
+                raise HyperparameterError(f"{n} must be a number > 0{', or null for none' if optional else ''} "
+                                          f"(got {v!r}).")
     return check
 
 
@@ -153,8 +157,9 @@ register(Method(
     name="feddyn", client=FedDynClient, server=FedDynServer,
     defaults=dict(
         alpha=0.01,  # dynamic regulariser weight, scaled per client by its data share as Acar et al.'s code (dev. 9)
+        max_grad_norm=None,  # each local step's gradients clipped to this L2 norm (Acar et al.: 10); None: not (dev. 9)
     ),
-    validate=_positive("alpha"), description="FedDyn",
+    validate=_all(_positive("alpha"), _positive("max_grad_norm", optional=True)), description="FedDyn",
 ))
 register(Method(
     name="fedopt", client=FedAvgClient, server=FedOptServer,

@@ -6,10 +6,15 @@ Server: avg = the unweighted client mean; sent = avg + mean_k h_k (parameters; b
 the model evaluated is avg."""
 from __future__ import annotations
 
+import copy
+
+import numpy as np
 import pytest
 import torch
+import torch.nn.functional as F
 from torch import nn
 
+from benchmark.data import to_tensor_images
 from benchmark.models import ResNet10
 from benchmark.transforms import normalize
 from lightning_modules.clients import ClientGroup
@@ -46,7 +51,7 @@ def linear_client(alpha, share, w_sent, b_sent, h=None, **kw):
 def test_registry_defaults():
     m = METHODS["feddyn"]
     assert m.client is FedDynClient and m.server is FedDynServer
-    assert m.defaults == {"alpha": 0.01}
+    assert m.defaults == {"alpha": 0.01, "max_grad_norm": None}
     assert FedDynServer.client_weight(m.defaults, 500) == 1.0  # the unweighted mean over clients
 
 
@@ -100,6 +105,50 @@ def test_sgd_step_equals_the_papers_objective():
         ref_opt.step()
     for a, b in zip(module.net.parameters(), ref.parameters()):
         torch.testing.assert_close(a, b)
+
+
+@pytest.fixture(scope="module")
+def shards_of_usps(data_root):
+    """10 USPS test images (uint8, as a client holds them) and their labels."""
+    with np.load(data_root / "digits/usps_test.npz") as z:
+        return to_tensor_images(z["x"][:10]), torch.from_numpy(z["y"][:10]).long()
+
+
+def test_clipped_local_steps_equal_torchs_sgd_with_clip_grad_norm(shards_of_usps):
+    """`max_grad_norm` (Acar et al.'s `clip_grad_norm_` at 10 in `train_feddyn_mdl`): fit_local's steps equal an
+    independent loop over the same batches: the loss's gradient clipped to the norm, then SGD with momentum and weight
+    decay wd + alpha_k; the clipping bites at 0.05 (other weights than without it)."""
+    from benchmark.transforms import Transform
+    from lightning_modules.base import augmented_batch, batches, fit_local
+
+    x, y = shards_of_usps
+    trained = {}
+    for clip in (None, 0.05):
+        torch.manual_seed(0)
+        module = make_client(TinyNet(10), lr=0.05, max_grad_norm=clip)
+        module.transform = Transform(augment=False)
+        state = module.initial_client_state(0, {"id": 0, "data_share": 1.0})
+        module.start_round(0, None, {k: v.clone() for k, v in module.net.state_dict().items()}, state)
+        ref = copy.deepcopy(module.net)
+        fit_local(module, x, y, 2, 4, torch.Generator().manual_seed(3))
+        trained[clip] = [p.detach().clone() for p in module.net.parameters()]
+        sent = [p.detach().clone() for p in ref.parameters()]
+        opt = torch.optim.SGD(ref.parameters(), lr=0.05, momentum=0.9, weight_decay=1e-5 + 0.01)
+        g = torch.Generator().manual_seed(3)
+        ref.train()
+        for _ in range(2):
+            for idx in batches(len(y), 4, g):
+                xb, yb = augmented_batch(x, y, idx, g, torch.float32, module.transform)
+                logits, _ = ref(xb)
+                loss = F.cross_entropy(logits, yb) + 0.01 * sum((p * -w).sum() for p, w in zip(ref.parameters(), sent))
+                opt.zero_grad()
+                loss.backward()
+                if clip:
+                    torch.nn.utils.clip_grad_norm_(list(ref.parameters()), clip)
+                opt.step()
+        for a, b in zip(trained[clip], ref.parameters()):
+            torch.testing.assert_close(a, b.detach())
+    assert max(float((a - b).abs().max()) for a, b in zip(trained[None], trained[0.05])) > 1e-3
 
 
 def test_new_client_starts_from_zero_h_after_another_client():
