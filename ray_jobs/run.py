@@ -27,7 +27,7 @@ from benchmark.figures import plot_curves
 from benchmark.partition import plan_clients
 from benchmark.protocols import DATASET_SPECS, PRESETS, ConfigError, client_share, splits_of
 from benchmark.provenance import run_provenance
-from benchmark.results import Recorder, protocol
+from benchmark.results import Recorder, WriteError, protocol
 from lightning_modules.privacy import model_options
 from lightning_modules.registry import METHODS, HyperparameterError
 from ray_jobs.cli import OneLineParser
@@ -495,7 +495,7 @@ def main(argv: list[str] | None = None) -> int:
         if note := ray_only_note(cfg):
             print(note, flush=True)
         summary = run(cfg, quiet=args.quiet, resume=args.resume, resume_hint=hint, address=args.address)
-    except (ConfigError, HyperparameterError, DataError, RunError, CheckpointError) as e:
+    except (ConfigError, HyperparameterError, DataError, RunError, CheckpointError, WriteError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:

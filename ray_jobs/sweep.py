@@ -42,7 +42,7 @@ from tqdm import tqdm
 from benchmark import checkpoint
 from benchmark.data import DataError
 from benchmark.protocols import ConfigError
-from benchmark.results import run_complete
+from benchmark.results import WriteError, run_complete
 from lightning_modules.clients import CLIENT_MEMORY
 from ray_jobs import report_fedproto, report_grid
 from ray_jobs.cli import OneLineParser
@@ -433,7 +433,7 @@ def main(argv: list[str] | None = None) -> int:
                 unreported.append(t)  # a group's table without a complete run yet: the others are reported
         if not dfs:
             raise RunError(f"no complete run of any table of {args.table} to report; run its sweep first.")
-    except (ConfigError, DataError, RunError) as e:
+    except (ConfigError, DataError, RunError, WriteError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
     if unreported:

@@ -41,9 +41,9 @@ def free_ports(n: int) -> list[int]:
 
 @contextlib.contextmanager
 def ray_head(tmp: Path, num_cpus: int = 3):
-    """The head, up (`ray start` has named it the current cluster and its Jobs API answers): address (the dashboard's URL), gcs (host:port), token, tmpdir
-    (RAY_TMPDIR), no_auth (an environment without Ray's address or token) and env (no_auth with the token, as
-    the head's own)."""
+    """The head, up (`ray start` has named it the current cluster and its Jobs API answers): address (the
+    dashboard's URL), gcs (host:port), token, tmpdir (RAY_TMPDIR), no_auth (an environment without Ray's address
+    or token) and env (no_auth with the token, as the head's own)."""
     temp = Path(tempfile.mkdtemp(prefix="rh", dir="/tmp"))  # AF_UNIX socket paths must stay short
     token_path = tmp / "token"
     token = write_token(token_path)
