@@ -16,7 +16,7 @@ import json
 import os
 from pathlib import Path
 
-from benchmark.results import LATER_KEYS, with_later_hparams
+from benchmark.results import LATER_KEYS, replacing, with_later_hparams
 
 MAGIC = b"FEDPROTO-BENCH-CKPT-1\n"
 KEEP = 2
@@ -41,14 +41,12 @@ def save(ckpt_dir: Path, round_idx: int, obj: dict) -> Path:
     torch.save(obj, buf)
     body = buf.getbuffer()
     path = checkpoint_path(ckpt_dir, round_idx)
-    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
-    with open(tmp, "wb") as f:
+    with replacing(path) as tmp, open(tmp, "wb") as f:  # a failed write leaves the folder as it was (WriteError)
         f.write(MAGIC)
         f.write(hashlib.sha256(body).digest())
         f.write(body)
         f.flush()
         os.fsync(f.fileno())
-    os.replace(tmp, path)
     for old in listing(ckpt_dir)[KEEP:]:
         old.unlink(missing_ok=True)
     return path
@@ -69,12 +67,15 @@ def read(path: Path) -> dict:
     """The checkpoint's content; CheckpointError when the file is truncated or corrupt."""
     import torch
 
-    blob = Path(path).read_bytes()
+    try:
+        blob = Path(path).read_bytes()
+    except OSError as e:
+        raise CheckpointError(f"{path} cannot be read ({e.strerror or e})") from None
     head = len(MAGIC) + 32
     if len(blob) < head or not blob.startswith(MAGIC):
         raise CheckpointError(f"{path} is not a complete checkpoint (truncated or another format)")
     if hashlib.sha256(blob[head:]).digest() != blob[len(MAGIC):head]:
-        raise CheckpointError(f"{path} is corrupt (its sha256 does not match its content)")
+        raise CheckpointError(f"{path} is truncated or corrupt (its sha256 does not match its content)")
     return torch.load(io.BytesIO(blob[head:]), map_location="cpu", weights_only=False)
 
 
@@ -103,9 +104,9 @@ def load_latest(ckpt_dir: Path, expected_protocol: dict, say=print) -> dict | No
         if diff:
             raise CheckpointError(
                 f"the checkpoint {path} was written by another protocol ({'; '.join(diff)}); resume with the "
-                "same settings, or run without --resume to start this run afresh.")
+                f"same settings, or delete {ckpt_dir} (or name another folder with --out) to start this run afresh.")
         return ck
     if problems:
-        raise CheckpointError(f"no readable checkpoint in {ckpt_dir} ({'; '.join(problems)}); run without --resume "
-                              "to start afresh.")
+        raise CheckpointError(f"no readable checkpoint in {ckpt_dir} ({'; '.join(problems)}); delete {ckpt_dir} "
+                              "to start this run afresh.")
     return None

@@ -5,6 +5,7 @@ from __future__ import annotations
 import gzip
 import json
 import os
+from contextlib import contextmanager, suppress
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -23,15 +24,35 @@ FEATURES_FILE = "features.npz"
 METRICS_ARCHIVE = "metrics.jsonl.gz"
 
 
+class WriteError(RuntimeError):
+    """A file could not be written (a full disk, a file-size limit, ...); the message names it and what to do."""
+
+
+@contextmanager
+def replacing(path: Path, suffix: str = ""):
+    """Yields a temp file beside `path` (ending in `suffix`) to write `path`'s new content to; renamed over `path`
+    once the block ends. When the block fails the temp file is removed, so `path` and its folder are left as they
+    were, and a failed write (OSError: no space left, file too large, ...) is raised as WriteError naming `path`."""
+    path = Path(path)
+    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}{suffix}")
+    try:
+        yield tmp
+        os.replace(tmp, path)
+    except BaseException as e:
+        tmp.unlink(missing_ok=True)
+        if isinstance(e, OSError):
+            raise WriteError(f"cannot write {path} ({e.strerror or e}); free space on its disk (or lift the "
+                             "file-size limit, `ulimit -f`), or write elsewhere (a run: --out; a sweep: "
+                             "--results-dir).") from None
+        raise
+
+
 def atomic_write(path: Path, content: str | bytes) -> None:
     """Write `content` (text, or bytes) to a temp file beside `path`, fsync it, then rename over `path`."""
-    path = Path(path)
-    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
-    with open(tmp, "wb" if isinstance(content, bytes) else "w") as f:
+    with replacing(path) as tmp, open(tmp, "wb" if isinstance(content, bytes) else "w") as f:
         f.write(content)
         f.flush()
         os.fsync(f.fileno())
-    os.replace(tmp, path)
 
 
 def read_jsonl(path: Path) -> list[dict]:
@@ -229,18 +250,16 @@ class Recorder:
         """model.pt: the final global model's state_dict (float16), written atomically."""
         import torch
 
-        tmp = self.out / f".{MODEL_FILE}.tmp{os.getpid()}"
-        torch.save(state, tmp)
-        os.replace(tmp, self.out / MODEL_FILE)
+        with replacing(self.out / MODEL_FILE) as tmp:
+            torch.save(state, tmp)
 
     def save_features(self, arrays: dict) -> None:
         """features.npz (FEATURES_FILE): the final test features and prototypes (`Driver.final_features`), written
         atomically."""
         import numpy as np
 
-        tmp = self.out / f".{FEATURES_FILE}.tmp{os.getpid()}.npz"
-        np.savez_compressed(tmp, **arrays)
-        os.replace(tmp, self.out / FEATURES_FILE)
+        with replacing(self.out / FEATURES_FILE, suffix=".npz") as tmp:  # (numpy adds .npz to a name without it)
+            np.savez_compressed(tmp, **arrays)
 
     def finish(self, images: dict[str, Path] | None = None, peak_memory: dict | None = None) -> dict:
         """summary.json (with the processes' `peak_memory` when given); the W&B run gets the tables, `images`
@@ -271,7 +290,10 @@ class Recorder:
         return summary
 
     def fail(self, message: str) -> None:
-        atomic_write(self.out / "error.txt", message + "\n")
+        """error.txt says why the run stopped, where it can be written (the message is the entry point's error line
+        too: a full disk that refuses error.txt loses nothing)."""
+        with suppress(WriteError):
+            atomic_write(self.out / "error.txt", message + "\n")
         if self.wandb:
             self.wandb.finish(exit_code=1)
 

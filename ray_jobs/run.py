@@ -1,6 +1,6 @@
 """Entry point: `python -m ray_jobs.run --method fpl --dataset digits ...`.
 
-Works locally (starts a Ray instance, or connects to RAY_ADDRESS) and as a
+Works locally (starts a Ray cluster of its own, or joins the one --address or RAY_ADDRESS names) and as a
 `ray job submit` entrypoint. Defaults are the paper's protocol. Bad input
 stops before any training with one message saying what is wrong and how to fix it.
 """
@@ -27,7 +27,7 @@ from benchmark.figures import plot_curves
 from benchmark.partition import plan_clients
 from benchmark.protocols import DATASET_SPECS, PRESETS, ConfigError, client_share, splits_of
 from benchmark.provenance import run_provenance
-from benchmark.results import Recorder, protocol
+from benchmark.results import Recorder, WriteError, protocol
 from lightning_modules.privacy import model_options
 from lightning_modules.registry import METHODS, HyperparameterError
 from ray_jobs.cli import OneLineParser
@@ -112,6 +112,7 @@ def build_parser() -> argparse.ArgumentParser:
                         "last-5 metrics read; training is the same whatever K")
     p.add_argument("--executor", default="ray", choices=["ray", "local"],
                    help="ray: client actors and a driver actor on a Ray cluster; local: all in this process")
+    p.add_argument("--address", default=None, help=ADDRESS_HELP)
     p.add_argument("--num-actors", type=int, default=d["num_actors"].default, help="client actors (groups of clients)")
     p.add_argument("--spread", action="store_true",
                    help="Ray: place the client actors over as many nodes as possible (SPREAD); default: Ray's "
@@ -187,21 +188,25 @@ def config_from_args(args) -> RunConfig:
     )
 
 
-def check_ray_address(address: str | None) -> None:
-    """Fail fast (5 s) when RAY_ADDRESS names a head that does not answer."""
+ADDRESS_HELP = ("Ray: the running cluster to join, host:port of its head or auto (the one `ray start` started on this "
+                "machine); default RAY_ADDRESS, else a Ray cluster of the run's own, whatever other clusters run here")
+
+
+def check_ray_address(address: str | None, named: str) -> None:
+    """Fail fast (5 s) when the address of a cluster to join (`named`: how the user gave it) does not answer."""
     if not address or address in ("auto", "local"):
         return
     url = urlparse(address if "://" in address else f"tcp://{address}")
     host, port = url.hostname, url.port
     if not host or not port:
-        raise RunError(f"RAY_ADDRESS={address!r} is not host:port; set it to the head's GCS address "
-                       "(e.g. 10.0.0.1:6379) or unset it.")
+        raise RunError(f"{named} is not host:port; give the head's GCS address (e.g. 10.0.0.1:6379), auto for the "
+                       "cluster `ray start` started on this machine, or none to start a Ray cluster of this run's own.")
     try:
         socket.create_connection((host, port), timeout=5).close()
     except OSError as e:
         raise RunError(
-            f"RAY_ADDRESS={address} is unreachable ({e.strerror or e}). Start the head with `ray start --head`, "
-            "fix the address, or unset RAY_ADDRESS to run on a local Ray instance."
+            f"{named} is unreachable ({e.strerror or e}). Start the head with `ray start --head`, fix the address, "
+            "or give none (no --address, RAY_ADDRESS unset) to start a Ray cluster of this run's own."
         ) from None
 
 
@@ -269,27 +274,23 @@ def ray_only_note(cfg: RunConfig) -> str | None:
 _NOTES_SAID: set[str] = set()  # each note once per process (a sweep checks every run)
 
 
-def init_ray(cfg: RunConfig):
+def init_ray(cfg: RunConfig, address: str | None = None):
+    """Ray for this process, once: a cluster of its own (Ray's address "local", with logical CPUs enough for the
+    driver and every actor), whatever other Ray clusters run on the machine; or, when `address` (--address) or else
+    RAY_ADDRESS names one (host:port, or auto: the one `ray start` started here), that cluster, joined on purpose and
+    asked for nothing (Ray refuses num_cpus and num_gpus from a driver that joins). Either way the run's resources
+    are checked against the cluster's before anything starts."""
     import ray
 
-    address = os.environ.get("RAY_ADDRESS")
-    check_ray_address(address)
+    named = f"--address {address}" if address else f"RAY_ADDRESS={os.environ.get('RAY_ADDRESS')}"
+    address = address or os.environ.get("RAY_ADDRESS") or "local"
     need_cpu = cfg.driver_cpus + cfg.num_actors * cfg.cpus_per_actor
     need_gpu = gpus_needed(run_gpu_shares(cfg))
     if not ray.is_initialized():
-        if address:
-            try:
-                ray.init(address=address, logging_level="WARNING")
-            except (ConnectionError, ray.exceptions.AuthenticationError) as e:
-                if isinstance(e, ConnectionError) and "InvalidAuthToken" not in str(e.__cause__):
-                    raise
-                raise RunError(
-                    f"the Ray cluster at {address} needs its token and this driver has none or a wrong one; set "
-                    "RAY_AUTH_MODE=token and give the cluster's token with RAY_AUTH_TOKEN_PATH=<file> (or "
-                    "RAY_AUTH_TOKEN)."
-                ) from None
-        else:  # a local instance: logical CPUs enough for the driver and every actor
-            ray.init(num_cpus=max(os.cpu_count() or 1, math.ceil(need_cpu)), logging_level="WARNING")
+        if address == "local":
+            ray.init(address="local", num_cpus=max(os.cpu_count() or 1, math.ceil(need_cpu)), logging_level="WARNING")
+        else:
+            join_ray(ray, address, named)
     have = ray.cluster_resources()
     if need_cpu > have.get("CPU", 0) or need_gpu > have.get("GPU", 0):
         raise RunError(
@@ -302,6 +303,26 @@ def init_ray(cfg: RunConfig):
         _NOTES_SAID.add(note)
         print(note, file=sys.stderr, flush=True)
     return ray
+
+
+def join_ray(ray, address: str, named: str) -> None:
+    """Join the running cluster at `address` and say which it is (GCS address, dashboard, resources)."""
+    check_ray_address(address, named)
+    token = (f"the Ray cluster at {address} needs its token and this driver has none or a wrong one; set "
+             "RAY_AUTH_MODE=token and give the cluster's token with RAY_AUTH_TOKEN_PATH=<file> (or RAY_AUTH_TOKEN).")
+    try:
+        context = ray.init(address=address, logging_level="WARNING")
+    except ray.exceptions.AuthenticationError:
+        raise RunError(token) from None
+    except ConnectionError as e:
+        if "InvalidAuthToken" in str(e.__cause__):
+            raise RunError(token) from None
+        raise RunError(f"{named}: no Ray cluster to join ({str(e).strip().splitlines()[0]}) Start one with "
+                       "`ray start --head`, or give no address to start a Ray cluster of this run's own.") from None
+    have, nodes = ray.cluster_resources(), sum(n["Alive"] for n in ray.nodes())
+    dashboard = f", dashboard http://{context.dashboard_url}" if context.dashboard_url else ""
+    print(f"note: joined the Ray cluster at {context.address_info['gcs_address']} ({named}{dashboard}; {nodes} "
+          f"node(s), {have.get('CPU', 0):g} CPUs, {have.get('GPU', 0):g} GPUs)", flush=True)
 
 
 def run_folder(cfg: RunConfig) -> Path:
@@ -334,9 +355,11 @@ def plan_run_clients(cfg: RunConfig, root: Path | None = None) -> list[dict]:
 
 
 def run(cfg: RunConfig, quiet: bool = False, resume: bool = False,
-        resume_hint: str = "run the same command again with --resume", on_round=None) -> dict:
+        resume_hint: str = "run the same command again with --resume", on_round=None,
+        address: str | None = None) -> dict:
     """Run one experiment end to end; returns summary.json's content. `on_round(record)`, if given, gets each
-    round's metrics.jsonl record once it is logged (a sweep's progress).
+    round's metrics.jsonl record once it is logged (a sweep's progress). `address`: the Ray cluster to join
+    (`init_ray`; default RAY_ADDRESS, else a cluster of the run's own).
 
     Every `checkpoint_every` rounds the run folder gets a checkpoint (`benchmark.checkpoint`); with `resume` the run
     continues from the newest readable one (a fresh start, said so, when there is none). `resume_hint`
@@ -369,7 +392,7 @@ def run(cfg: RunConfig, quiet: bool = False, resume: bool = False,
     from ray_jobs.driver import Driver
 
     if cfg.executor == "ray":
-        ray = init_ray(cfg)
+        ray = init_ray(cfg, address)
         driver = ray.remote(Driver).options(num_cpus=cfg.driver_cpus,
                                             num_gpus=cfg.driver_gpus).remote(cfg, clients, str(root))
         call = lambda name, *a: ray.get(getattr(driver, name).remote(*a))  # noqa: E731
@@ -471,8 +494,8 @@ def main(argv: list[str] | None = None) -> int:
                               "another folder with --out).")
         if note := ray_only_note(cfg):
             print(note, flush=True)
-        summary = run(cfg, quiet=args.quiet, resume=args.resume, resume_hint=hint)
-    except (ConfigError, HyperparameterError, DataError, RunError, CheckpointError) as e:
+        summary = run(cfg, quiet=args.quiet, resume=args.resume, resume_hint=hint, address=args.address)
+    except (ConfigError, HyperparameterError, DataError, RunError, CheckpointError, WriteError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:

@@ -15,7 +15,7 @@ are data in `ray_jobs.tables`; `ray_jobs.plan` makes their runs, `ray_jobs.repor
 A run whose complete summary.json exists is not run again, so an interrupted
 sweep continues where it stopped; one of another protocol in a run's folder stops
 the sweep before any run (a finished run is never replaced). Runs go to Ray concurrently as far as the
-cluster's resources allow (RAY_ADDRESS for a cluster, else a local instance);
+cluster's resources allow (a Ray cluster of the sweep's own, or the one --address or RAY_ADDRESS names);
 with `--executor local --parallel N`, N at once in worker processes (no Ray).
 The `smoke` profile runs the same code paths with tiny settings; its reports go
 to results/smoke/ and say so in their titles, never over a full-profile report.
@@ -42,7 +42,7 @@ from tqdm import tqdm
 from benchmark import checkpoint
 from benchmark.data import DataError
 from benchmark.protocols import ConfigError
-from benchmark.results import run_complete
+from benchmark.results import WriteError, run_complete
 from lightning_modules.clients import CLIENT_MEMORY
 from ray_jobs import report_fedproto, report_grid
 from ray_jobs.cli import OneLineParser
@@ -51,18 +51,19 @@ from ray_jobs.plan import (check_data, check_no_finished_run_replaced, foreign_d
                            select)
 from ray_jobs.progress import SweepProgress
 from ray_jobs.report import log_wandb, report
-from ray_jobs.run import RunError, gpus_needed, init_ray, ray_only_note, run, run_gpu_shares
+from ray_jobs.run import ADDRESS_HELP, RunError, gpus_needed, init_ray, ray_only_note, run, run_gpu_shares
 from ray_jobs.tables import GROUPS, PROFILES, TABLES, report_name
 
 GPU_PARALLEL = 4  # local runs at once on a GPU by default; see local_concurrency
 RESUME_HINT = "run the same sweep command again (it resumes its interrupted runs)"
 
 
-def concurrency(todo: list[RunConfig], asked: int | None) -> tuple[int, str]:
-    """How many of these runs go at once, and why (the sweep's plan line says it)."""
+def concurrency(todo: list[RunConfig], asked: int | None, address: str | None = None) -> tuple[int, str]:
+    """How many of these runs go at once, and why (the sweep's plan line says it); under Ray, after starting or
+    joining its cluster (`address`, `init_ray`)."""
     c = todo[0]
     if c.executor == "ray":
-        n, why = ray_concurrency(c, asked, init_ray(c).cluster_resources())
+        n, why = ray_concurrency(c, asked, init_ray(c, address).cluster_resources())
     else:
         n, why = local_concurrency(c, asked, len(todo), c.device != "cpu" and torch.cuda.is_available())
     return min(n, len(todo)), why
@@ -119,14 +120,15 @@ def to_make(runs: list[RunConfig], parallel: int | None) -> list[RunConfig]:
     return todo
 
 
-def execute(runs: list[RunConfig], parallel: int | None) -> list[str]:
-    """Run what is not complete yet, concurrently where resources allow; returns the names run."""
+def execute(runs: list[RunConfig], parallel: int | None, address: str | None = None) -> list[str]:
+    """Run what is not complete yet, concurrently where resources allow; returns the names run. `address`: the
+    Ray cluster to join (`init_ray`; default RAY_ADDRESS, else a cluster of the sweep's own)."""
     todo = to_make(runs, parallel)
     line = f"{len(runs) - len(todo)} of {len(runs)} runs already complete; running {len(todo)}"
     if not todo:
         print(line, flush=True)
         return []
-    parallel, why = concurrency(todo, parallel)
+    parallel, why = concurrency(todo, parallel, address)
     print(f"{line}, {parallel} at once ({why})", flush=True)
     progress = SweepProgress(len(todo), rounds={c.run_name: c.rounds - resume_round(c) for c in todo})
     if todo[0].executor == "local" and parallel > 1:
@@ -339,6 +341,7 @@ def main(argv: list[str] | None = None) -> int:
                          f"{GPU_PARALLEL} on one)")
     ap.add_argument("--executor", default="ray", choices=["ray", "local"],
                     help="local: no Ray (not imported); one run in this process, or --parallel N worker processes")
+    ap.add_argument("--address", default=None, help=ADDRESS_HELP)
     ap.add_argument("--engine", default="auto", help="client training engine of every run: auto, sequential or fused")
     ap.add_argument("--precision", default="32-true",
                     help="32-true (as the references) or bf16-mixed; part of each run's protocol (a finished run at "
@@ -410,7 +413,7 @@ def main(argv: list[str] | None = None) -> int:
             todo = list({c.out: c for t in tables for c in chosen[t]}.values())  # a run shared by tables: once
             if todo and (note := ray_only_note(todo[0])):
                 print(note, flush=True)
-            execute(todo, args.parallel)
+            execute(todo, args.parallel, args.address)
         dfs, unreported = {}, []
         for t in tables:
             runs[t] = reported_runs(runs[t])  # a run made on fewer domains (--domains) stands in for a missing one
@@ -430,7 +433,7 @@ def main(argv: list[str] | None = None) -> int:
                 unreported.append(t)  # a group's table without a complete run yet: the others are reported
         if not dfs:
             raise RunError(f"no complete run of any table of {args.table} to report; run its sweep first.")
-    except (ConfigError, DataError, RunError) as e:
+    except (ConfigError, DataError, RunError, WriteError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
     if unreported:

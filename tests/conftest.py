@@ -128,9 +128,10 @@ def capsys(capsys):
 @pytest.fixture(scope="session")
 def ray_cluster(isolated_env):
     """One local Ray instance for the whole session, 4 logical CPUs, no GPUs, token authentication on (under
-    `make test`'s pytest-xdist, one in each worker process that runs a test using Ray: two instances at most)."""
+    `make test`'s pytest-xdist, one in each worker process that runs a test using Ray: two instances at most); its
+    own (address "local"), whatever other Ray clusters run on the machine."""
     import ray
 
-    ray.init(num_cpus=4, num_gpus=0, include_dashboard=False, logging_level="WARNING")
+    ray.init(address="local", num_cpus=4, num_gpus=0, include_dashboard=False, logging_level="WARNING")
     yield ray
     ray.shutdown()

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import resource
 import shutil
 import signal
 import subprocess
@@ -152,13 +153,77 @@ def test_corrupt_latest_checkpoint_is_detected_and_the_previous_used(killed, ref
     blob = bytearray(latest.read_bytes())
     blob[len(blob) // 2] ^= 0xFF
     latest.write_bytes(bytes(blob))
-    with pytest.raises(CheckpointError, match="is corrupt"):
+    with pytest.raises(CheckpointError, match="is truncated or corrupt"):
         checkpoint.read(latest)
     run(config(data_root, out, executor="local"), quiet=True, resume=True)
     said = capsys.readouterr().out
-    assert f"note: {latest} is corrupt (its sha256 does not match its content); trying the previous checkpoint" in said
+    assert (f"note: {latest} is truncated or corrupt (its sha256 does not match its content); trying the previous "
+            "checkpoint") in said
     assert f"after round {int(previous.stem.split('_')[1])} of 3" in said
     assert metrics(out) == metrics(reference)
+
+
+@pytest.fixture(scope="module")
+def stopped_after_round_0(data_root, tmp_path_factory):
+    """A run folder that keeps round 0 (its checkpoint, the only one): the run stopped by a non-finite loss in round
+    1 (in process)."""
+    out = tmp_path_factory.mktemp("stopped") / "run"
+    with pytest.raises(RunError):
+        run(config(data_root, out, executor="local", test_faults={"nan_loss": [1, 3]}), quiet=True)
+    assert [f.name for f in checkpoint.listing(out / checkpoint.DIR)] == ["round_0000.pt"]
+    return out
+
+
+def contents(folder: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+def test_a_failed_write_names_the_file_leaves_the_folder_and_the_resume_gives_the_same_metrics(
+        stopped_after_round_0, reference, data_root, tmp_path):
+    """The resumed run's round-1 checkpoint cannot be written: the entry point runs under a file-size limit below the
+    checkpoint's size (RLIMIT_FSIZE, set in the child: its write fails with EFBIG as a full disk's with ENOSPC). One
+    error line names the file and what to do; the folder keeps its checkpoint byte for byte and no temp file; resumed
+    without the limit the run ends with the metrics of an undisturbed run."""
+    out = tmp_path / "run"
+    shutil.copytree(stopped_after_round_0, out)
+    before = contents(out)
+    kept = checkpoint.checkpoint_path(out / checkpoint.DIR, 0)
+    limit = kept.stat().st_size // 2  # the next checkpoint is as large; metrics.jsonl and config.json far smaller
+    argv = [*FLAGS, "--executor", "local", "--data-root", str(data_root), "--out", str(out), "--resume"]
+    proc = subprocess.run([sys.executable, "-m", "ray_jobs.run", *argv], cwd=PROJECT, capture_output=True, text=True,
+                          env={**os.environ, "PYTHONPATH": str(PROJECT), "WANDB_MODE": "disabled"}, timeout=600,
+                          preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit)))
+    assert proc.returncode == 2, proc.stderr[-3000:]
+    errors = [line for line in proc.stderr.splitlines() if line.startswith("error:")]
+    assert errors == proc.stderr.strip().splitlines(), proc.stderr[-3000:]  # one line, no traceback
+    assert errors[0].startswith(f"error: cannot write {checkpoint.checkpoint_path(out / checkpoint.DIR, 1)} (File "
+                                "too large); free space on its disk (or lift the file-size limit, `ulimit -f`), or "
+                                "write elsewhere (a run: --out; a sweep: --results-dir). The run folder keeps its "
+                                "rounds up to 0 (checkpoint); to continue, run: python -m ray_jobs.run")
+    after = contents(out)
+    assert sorted(after) == sorted(before)  # no temp file left, nothing of round 1's checkpoint
+    assert after[str(kept.relative_to(out))] == before[str(kept.relative_to(out))]
+    assert metrics(out) == metrics(reference)[:2]  # round 1 was logged before its checkpoint failed
+
+    run(config(data_root, out, executor="local"), quiet=True, resume=True)
+    assert metrics(out) == metrics(reference)
+    assert summary(out) == summary(reference)
+
+
+def test_an_unreadable_only_checkpoint_is_refused_in_one_line_naming_it_and_what_to_do(
+        stopped_after_round_0, data_root, tmp_path, capsys):
+    out = tmp_path / "run"
+    shutil.copytree(stopped_after_round_0, out)
+    ckpt_dir = out / checkpoint.DIR
+    only = checkpoint.checkpoint_path(ckpt_dir, 0)
+    only.write_bytes(only.read_bytes()[: only.stat().st_size // 2])  # truncated, as by a crash mid-copy
+    code = main([*FLAGS, "--executor", "local", "--data-root", str(data_root), "--out", str(out), "--resume"])
+    got = capsys.readouterr()
+    assert code == 2
+    assert got.err == (f"error: no readable checkpoint in {ckpt_dir} ({only} is truncated or corrupt (its sha256 does "
+                       f"not match its content)); delete {ckpt_dir} to start this run afresh.\n")
+    assert f"note: {only} is truncated or corrupt" in got.out
+    assert only.exists()  # refused, not deleted
 
 
 def test_nonfinite_loss_stops_naming_round_client_method_and_keeps_the_last_good_checkpoint(

@@ -27,7 +27,7 @@ install() { python3 -m pip install -q --no-index --no-deps --no-compile --upgrad
 ray_check() {
   python3 - <<'PY'
 import os, ray, torch
-ray.init(num_cpus=2, logging_level="WARNING")  # the GPU as Ray detects it, as the sweep's local instance does
+ray.init(address="local", num_cpus=2, logging_level="WARNING")  # its own instance; the GPU as Ray detects it
 have = ray.cluster_resources()
 print(f"ray {ray.__version__} from {os.path.dirname(ray.__file__)}: {have.get('CPU', 0):g} CPUs, {have.get('GPU', 0):g} GPUs")
 if not have.get("GPU"):

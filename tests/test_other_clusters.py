@@ -1,0 +1,89 @@
+"""Our runs beside another Ray cluster on the machine: a head started with `ray start --head` (token
+authentication on, tests/ray_head.py) that is the machine's current cluster, where a bare `ray.init()` would
+connect. Without --address, a run and a sweep start a Ray cluster of their own and finish; with --address auto a
+run joins the head on purpose, says which cluster it joined, and runs there; `tools/ray_submit.sh` submits to the
+head as soon as its job agent takes jobs. The head is stopped by killing its process group (never `ray stop`)."""
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+from ray_head import ray_head
+
+PROJECT = Path(__file__).resolve().parent.parent
+RUN = ["--method", "fedavg", "--dataset", "office_caltech", "--domains", "webcam,dslr", "--rounds", "2",
+       "--local-epochs", "1", "--client-fraction", "0.1", "--eval-max", "30", "--quiet"]
+SWEEP = ["--table", "2", "--profile", "smoke", "--domains", "mnist,usps,syn", "--methods", "fedavg", "--seeds", "0",
+         "--datasets", "digits"]
+
+
+@pytest.fixture(scope="module")
+def head(tmp_path_factory):
+    with ray_head(tmp_path_factory.mktemp("head")) as h:
+        current = (h.tmpdir / "ray" / "ray_current_cluster").read_text().strip()  # the machine's current cluster
+        assert current.split(":")[1] == h.gcs.split(":")[1]  # the head's GCS (on the machine's address)
+        yield SimpleNamespace(**vars(h), current=current)
+    with pytest.raises(OSError), socket.create_connection(("127.0.0.1", int(h.gcs.split(":")[1])), timeout=5):
+        pass  # the head is gone
+
+
+def python(module: str, args: list[str], env: dict) -> subprocess.CompletedProcess:
+    """`python -m module args` from the project, W&B off, in the head's environment (its token and RAY_TMPDIR)."""
+    return subprocess.run([sys.executable, "-m", module, *args], cwd=PROJECT, capture_output=True, text=True,
+                          env={**env, "PYTHONPATH": str(PROJECT), "WANDB_MODE": "disabled"}, timeout=900)
+
+
+def nodes(out: Path) -> set[str]:
+    """The Ray nodes a run's driver and client actors ran on."""
+    prov = json.loads((out / "config.json").read_text())["provenance"]
+    return {prov["driver"]["ray_node"], *[a["ray_node"] for a in prov["actors"]]}
+
+
+def complete(out: Path) -> bool:
+    return json.loads((out / "summary.json").read_text())["complete"]
+
+
+def test_ray_submit_waits_for_the_job_agent(head):
+    """Submitted as soon as the head's Jobs API answers (its job agent may not take jobs yet)."""
+    res = subprocess.run(["bash", str(PROJECT / "tools" / "ray_submit.sh"), "--address", head.address,
+                          "--submission-id", f"agent-{os.getpid()}", "--", "echo", "the-job-ran"],
+                         env=head.env, capture_output=True, text=True, timeout=300)
+    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
+    assert "the-job-ran" in res.stdout and "succeeded" in res.stdout
+
+
+@pytest.fixture(scope="module")
+def joined(head, data_root, tmp_path_factory):
+    out = tmp_path_factory.mktemp("joined") / "run"
+    res = python("ray_jobs.run", [*RUN, "--address", "auto", "--data-root", str(data_root), "--out", str(out)],
+                 head.env)
+    assert res.returncode == 0, res.stderr[-3000:]
+    return res, out
+
+
+def test_a_run_with_address_auto_joins_the_head_and_says_so(head, joined):
+    res, out = joined
+    dashboard = head.address.removeprefix("http://")
+    assert (f"note: joined the Ray cluster at {head.current} (--address auto, dashboard http://{dashboard}; 1 node(s), "
+            "3 CPUs, 0 GPUs)") in res.stdout.splitlines()
+    assert complete(out) and len(nodes(out)) == 1  # the head's one node
+
+
+def test_a_run_and_a_sweep_without_address_finish_on_a_cluster_of_their_own(head, joined, data_root, tmp_path):
+    on_head = nodes(joined[1])
+    run = python("ray_jobs.run", [*RUN, "--data-root", str(data_root), "--out", str(tmp_path / "run")], head.env)
+    assert run.returncode == 0, run.stderr[-3000:]
+    sweep = python("ray_jobs.sweep", [*SWEEP, "--data-root", str(data_root), "--results-dir", str(tmp_path / "sweep")],
+                   head.env)
+    assert sweep.returncode == 0, sweep.stderr[-3000:]
+    assert "joined" not in run.stdout + sweep.stdout
+    (swept,) = (tmp_path / "sweep" / "runs").iterdir()
+    for out in (tmp_path / "run", swept):
+        assert complete(out) and nodes(out).isdisjoint(on_head)  # not on the head: on a cluster of its own
