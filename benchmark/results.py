@@ -107,12 +107,14 @@ def summarize(cfg: dict, clients: list[dict], rounds: list[dict]) -> dict:
 
 PROTOCOL_KEYS = ("method", "dataset", "split", "domains", "seed", "rounds", "local_epochs", "batch_size", "lr",
                  "momentum", "weight_decay", "drop_last", "aggregation", "client_init", "hparams", "client_fraction",
-                 "eval_max", "precision", "dirichlet_alpha", "dirichlet_seed", "data_split", "participation")
+                 "eval_max", "precision", "dirichlet_alpha", "dirichlet_seed", "data_split", "participation",
+                 "erasing")
 # keys added since runs were first recorded: a run folder without one ran with its value here (data_split None: the
 # archives' own train and test sets, as digit5 had them until 2026-11-24; participation 1: every client every round;
-# dirichlet_seed None: a label-skew run drew its class counts with its own seed, until 2026-11-27: see `protocol`)
+# dirichlet_seed None: a label-skew run drew its class counts with its own seed, until 2026-11-27: see `protocol`;
+# erasing False: training batches were not erased, until 2026-11-29)
 LATER_KEYS = {"aggregation": "samples", "client_init": "shared", "dirichlet_alpha": None, "data_split": None,
-              "participation": 1.0, "dirichlet_seed": None}
+              "participation": 1.0, "dirichlet_seed": None, "erasing": False}
 # method hyperparameters added since runs were recorded, and the value a run recorded without one ran with: FPL's
 # (and its variants') `lambda`, its weight on CPCL + UPCR, whose loss had no weight before (1); FedPLVM's `dp_budget`
 # (2026-11-26), whose DP-SGD spent its budget over the whole run before ("run"); FedAPC's `prototypes` (2026-11-28),

@@ -7,7 +7,7 @@ image and a flip with probability 1/2, done for the whole batch with one
 gather instead of per image through PIL. A dataset's protocol names its
 `Transform` (normalisation, and which of crop and flip its training batches get).
 `random_erasing` draws torchvision's RandomErasing (on normalised images) for a
-whole batch with one mask (FedAPC's views).
+whole batch with one mask (FedAPC's views; training batches too under `--erasing`).
 """
 from __future__ import annotations
 
@@ -80,10 +80,13 @@ class Transform:
     mean: tuple = IMAGENET_MEAN
     std: tuple = IMAGENET_STD
     augment: bool = True
+    erase: bool = False  # training batches also get torchvision's RandomErasing, after crop and flip (`--erasing`)
 
     def train(self, x_uint8: torch.Tensor, generator: torch.Generator | None = None) -> torch.Tensor:
-        """A training batch: augmented (drawing from `generator`) when the protocol augments, normalised."""
-        return augment(x_uint8, generator, self.mean, self.std) if self.augment else self.eval(x_uint8)
+        """A training batch: augmented (drawing from `generator`) when the protocol augments, normalised; then
+        erased (drawing from `generator` after the crop and flip) when it erases."""
+        x = augment(x_uint8, generator, self.mean, self.std) if self.augment else self.eval(x_uint8)
+        return random_erasing(x, generator) if self.erase else x
 
     def eval(self, x_uint8: torch.Tensor) -> torch.Tensor:
         """A test batch: normalised."""
@@ -98,9 +101,12 @@ class Transform:
         k, b = idx.shape
         x = x_uint8[idx.flatten()]  # k B x C x H x W
         if not self.augment:
-            return self.eval(x).unflatten(0, (k, b))
-        params = torch.cat([crop_flip_params(b, g) for g in generators], dim=1)  # 3 x k B
-        return augment(x, None, self.mean, self.std, params).unflatten(0, (k, b))
+            x = self.eval(x).unflatten(0, (k, b))
+        else:
+            params = torch.cat([crop_flip_params(b, g) for g in generators], dim=1)  # 3 x k B
+            x = augment(x, None, self.mean, self.std, params).unflatten(0, (k, b))
+        # each client's erasing drawn from its generator after its crop and flip, as `train` draws them
+        return torch.stack([random_erasing(xi, g) for xi, g in zip(x, generators)]) if self.erase else x
 
 
 # torchvision RandomErasing's defaults: probability, erased area share, log-uniform aspect ratio, tries

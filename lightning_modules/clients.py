@@ -217,7 +217,7 @@ class ClientGroup:
                                             lr=cfg.lr, momentum=cfg.momentum,
                                             weight_decay=cfg.weight_decay).to(self.device)
         module.precision_mode = cfg.precision
-        module.transform = spec.transform
+        module.transform = cfg.transform
         module.run_rounds = cfg.rounds
         return module
 

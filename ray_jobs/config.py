@@ -23,6 +23,7 @@ from benchmark.protocols import (AGGREGATIONS, CLIENT_INITS, DATASET_SPECS, DEFA
                                  splits_of)
 from benchmark.results import LAST_K
 from benchmark.sampling import participants
+from benchmark.transforms import Transform
 from lightning_modules.clients import CLIENT_MEMORY, ENGINES
 from lightning_modules.privacy import FUSED_REFUSAL, private
 from lightning_modules.registry import METHODS
@@ -56,6 +57,10 @@ class RunConfig:
     # the share of the clients that train in each round (`benchmark.sampling`: max(1, round(F * N)) drawn from
     # (seed, round)); 1: every client every round
     participation: float = 1.0
+    # training batches also erased (torchvision's RandomErasing after crop and flip): a reading of FedAPC's
+    # implementation details, which list erasing beside cropping and flipping (docs/fedapc.md); any method takes it,
+    # so FedAvg with the same erasing is FedAPC's control
+    erasing: bool = False
     preset: str | None = None  # the PRESETS entry this config came from (recorded; from_preset sets it)
     hparams: dict = field(default_factory=dict)  # the method's hyperparameters (defaults from the registry)
     client_fraction: float = 1.0  # scales every client's sample count (small settings)
@@ -170,6 +175,8 @@ class RunConfig:
         if self.dirichlet_seed and self.dirichlet_alpha is None:
             raise ConfigError(f"dirichlet-seed {self.dirichlet_seed} seeds the Dirichlet label skew, which this run "
                               "does not use; add --split dirichlet (or --dirichlet-alpha A), or leave it out.")
+        if not isinstance(self.erasing, bool):
+            raise ConfigError(f"erasing is true or false (got {self.erasing!r}).")
         if self.client_memory not in CLIENT_MEMORY:
             raise ConfigError(f"unknown client memory {self.client_memory!r}; choose one of: "
                               f"{', '.join(CLIENT_MEMORY)}.")
@@ -254,6 +261,12 @@ class RunConfig:
         return DATASET_SPECS[self.dataset]
 
     @property
+    def transform(self) -> Transform:
+        """The training and test transform: the dataset's, its training batches erased under `erasing`."""
+        spec = self.dataset_spec
+        return dataclasses.replace(spec.transform, erase=True) if self.erasing else spec.transform
+
+    @property
     def clients_per_domain(self) -> dict[str, int]:
         split = self.layout
         return {d: split[d] for d in self.domains}
@@ -305,6 +318,7 @@ class RunConfig:
         skew = "" if self.dirichlet_alpha is None else (
             f"-dirichlet{self.dirichlet_alpha:g}" + (f"-draw{self.dirichlet_seed}" if self.dirichlet_seed else ""))
         part = "" if self.participation == 1 else f"-part{self.participation:g}"
+        part += "-erasing" if self.erasing else ""
         # each hyperparameter away from the method's default (a grid's point, --hp): -alpha0.125; at the default none,
         # so a grid's default point is the method's plain run
         defaults = self.hparam_defaults

@@ -106,6 +106,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--participation", type=float, default=None,
                    help="the share F of the clients that train in each round: max(1, round(F x N)) drawn from (seed, "
                         "round), the same for every method and executor (default: the preset's, else 1: every client)")
+    p.add_argument("--erasing", action="store_true",
+                   help="training batches also get torchvision's RandomErasing after crop and flip (a reading of "
+                        "FedAPC's augmentation, docs/fedapc.md); part of the run's protocol and its folder's name")
     p.add_argument("--eval-max", type=int, default=None, help="caps each domain's test set")
     p.add_argument("--eval-every", type=int, default=d["eval_every"].default,
                    help="test after every K-th round (0: none) and after each of the last 5, which the final and "
@@ -169,7 +172,8 @@ def config_from_args(args) -> RunConfig:
     given = {k: v for k, v in dict(dataset=args.dataset, split=split, rounds=args.rounds,
                                    local_epochs=args.local_epochs, batch_size=args.batch_size, lr=args.lr,
                                    momentum=args.momentum, aggregation=args.aggregation, client_init=args.client_init,
-                                   participation=args.participation).items() if v is not None}
+                                   participation=args.participation, erasing=args.erasing or None).items()
+             if v is not None}
     if args.split == DIRICHLET or args.dirichlet_alpha is not None:
         given["dirichlet_alpha"] = DIRICHLET_ALPHA if args.dirichlet_alpha is None else args.dirichlet_alpha
     make = (lambda **kw: RunConfig.from_preset(args.preset, **kw)) if args.preset else RunConfig

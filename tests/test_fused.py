@@ -75,6 +75,7 @@ def make_group(method: str, engine: str, shards, dtype, precision="32-true", lr=
     group.module = spec.client(TinyNet(10), group.cfg.hparams, lr=lr, momentum=0.9, weight_decay=1e-3)
     group.module.to(dtype).to(DEVICE)
     group.module.precision_mode = precision
+    group.module.transform = group.cfg.transform
     group.client_states = {}
     group.own_models = {}  # rules that average no weights (FedProto as published, Local)
     return group
@@ -223,6 +224,19 @@ def test_clip_per_client_is_clip_grad_norm_on_each_slice():
         for p, g in zip(params, grads):
             torch.testing.assert_close(g[c], p.grad)
     torch.testing.assert_close(grads[0][1], before[0][1])
+
+
+@pytest.mark.parametrize("method", ["fedapc", "fedavg"])
+def test_fused_equals_sequential_with_erased_training_batches(method, shards):
+    """`erasing` (FedAPC's training-batch reading, and FedAvg as its control): both engines erase each client's
+    batches with its own draws, fused = sequential; and the erasing reaches training (other weights than without)."""
+    seq, fused = run_rounds(method, shards, [("sequential", torch.float64, "32-true"),
+                                             ("fused", torch.float64, "32-true")], erasing=True)
+    for (rs, _), (rf, _) in zip(seq, fused):
+        assert max_rel_diff(rf["sum"], rs["sum"]) < 1e-9
+        assert max_rel_diff(rf["losses"], rs["losses"]) < 1e-9
+    (plain, _), = run_rounds(method, shards, [("sequential", torch.float64, "32-true")], rounds=1)[0]
+    assert max_rel_diff(plain["sum"], seq[0][0]["sum"]) > 1e-3
 
 
 def test_fused_equals_sequential_for_fedapcs_prototypes_of_the_last_epoch(shards):

@@ -220,3 +220,15 @@ def test_fedplvm_protocol_starts_each_client_from_its_own_model_and_averages_the
         if v.is_floating_point():
             assert torch.allclose(v.double(), plain[k], rtol=0, atol=1e-6), k
     assert max((got[k].double() - by_samples[k]).abs().max().item() for k in got if got[k].is_floating_point()) > 1e-4
+
+
+def test_erasing_is_part_of_a_runs_protocol_and_name():
+    """`--erasing` (training batches erased, FedAPC's reading): the run's transform erases, its folder name and
+    protocol say so; a run recorded before the key did not erase (LATER_KEYS)."""
+    from benchmark.results import protocol
+
+    cfg = RunConfig.from_preset("fedapc-office", method="fedavg", erasing=True)
+    assert cfg.transform.erase and not RunConfig.from_preset("fedapc-office", method="fedavg").transform.erase
+    assert cfg.run_name == "fedavg-office_caltech-fedapc-erasing-seed0"
+    old = {k: v for k, v in RunConfig.from_preset("fedapc-office", method="fedavg").to_dict().items() if k != "erasing"}
+    assert protocol(old)["erasing"] is False and protocol(cfg)["erasing"] is True

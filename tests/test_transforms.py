@@ -128,7 +128,8 @@ def test_augment_seeded(batch):
     assert torch.equal(first, a) and not torch.equal(first, second)
 
 
-@pytest.mark.parametrize("transform", [Transform(), Transform(mean=(0.5,) * 3, std=(0.5,) * 3, augment=False)])
+@pytest.mark.parametrize("transform", [Transform(), Transform(mean=(0.5,) * 3, std=(0.5,) * 3, augment=False),
+                                       Transform(erase=True)])
 def test_train_stacked_is_each_clients_train_batch(batch, transform):
     """The fused engine's input: k clients' batches with one gather equal each client's own `train` batch,
     bit for bit, and leave each client's generator where its own draws would."""
@@ -145,6 +146,26 @@ def test_train_stacked_is_each_clients_train_batch(batch, transform):
         assert torch.equal(g.get_state(), r.get_state())
     if transform.augment:  # the clients' draws differ: not one client's augmentation repeated
         assert not torch.equal(out[0], transform.train(clients[0][idx[0]], torch.Generator().manual_seed(11)))
+
+
+def test_erasing_training_batches_erases_after_the_same_crop_and_flip(batch):
+    """`erase` (`--erasing`): a training batch is the plain one (the same crop and flip: drawn first from the
+    generator) with torchvision's RandomErasing drawn next from that generator, rectangle for rectangle: the
+    erased pixels are 0 and every other pixel is the plain batch's."""
+    plain = Transform().train(batch, torch.Generator().manual_seed(5))
+    g = torch.Generator().manual_seed(5)
+    erased = Transform(erase=True).train(batch, g)
+    g2 = torch.Generator().manual_seed(5)
+    augment(batch, g2)  # the crop and flip's draws
+    apply, top, left, h, w = erasing_params(len(batch), 32, 32, g2)
+    assert 0 < int(apply.sum()) < len(batch)
+    for i in range(len(batch)):
+        box = torch.zeros(32, 32, dtype=torch.bool)
+        if apply[i]:
+            box[top[i]:top[i] + h[i], left[i]:left[i] + w[i]] = True
+        assert torch.equal(erased[i][:, box], torch.zeros_like(erased[i][:, box]))
+        assert torch.equal(erased[i][:, ~box], plain[i][:, ~box])
+    assert torch.equal(g.get_state(), g2.get_state())
 
 
 def _erasing_params_one(u_apply, u_area, u_logr, u_pos, h, w, p=0.5):
