@@ -1,0 +1,46 @@
+"""tools/feddyn_norms.py: its rows are the run's own. After 2 rounds the evaluated model's norm is that of the
+model.pt a run through the entry point saves (the same settings: the average FedDyn evaluates), its accuracy that
+run's, and the sent model is the evaluated one plus the drift (norms by the triangle inequality; after round 0 the
+drift is the mean client move, so the sent model is not the evaluated one)."""
+from __future__ import annotations
+
+import importlib.util
+import json
+import math
+from pathlib import Path
+
+import pytest
+
+from benchmark.figures import load_model
+from ray_jobs.run import build_parser, config_from_args, run
+
+TOOL = Path(__file__).resolve().parent.parent / "tools" / "feddyn_norms.py"
+spec = importlib.util.spec_from_file_location("feddyn_norms", TOOL)
+feddyn_norms = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(feddyn_norms)
+
+FLAGS = ["--preset", "fpl-office", "--method", "feddyn", "--rounds", "2", "--local-epochs", "1",
+         "--client-fraction", "0.1", "--eval-max", "16", "--executor", "local", "--eval-every", "1"]
+
+
+def test_rows_are_the_runs_own(data_root, tmp_path, monkeypatch):
+    monkeypatch.setenv("WANDB_MODE", "disabled")
+    args = build_parser().parse_args([*FLAGS, "--data-root", str(data_root), "--out", str(tmp_path / "run")])
+    rows = list(feddyn_norms.rounds(config_from_args(args)))
+    summary = run(config_from_args(args), quiet=True)
+    model = load_model(tmp_path / "run")
+    keys = [k for k, _ in model.named_parameters()]
+    state = model.state_dict()
+    assert [r["round"] for r in rows] == [0, 1]
+    assert rows[-1]["evaluated_norm"] == pytest.approx(math.sqrt(sum(float(state[k].double().pow(2).sum())
+                                                                     for k in keys)), rel=1e-6)
+    assert rows[-1]["accuracy"] == pytest.approx(summary["final"]["AVG"])
+    for r in rows:
+        assert abs(r["sent_norm"] - r["evaluated_norm"]) <= r["drift_norm"] * (1 + 1e-6)
+        assert r["drift_norm"] > 0
+    assert json.loads((tmp_path / "run" / "summary.json").read_text())["complete"]
+
+
+def test_bad_flag_is_one_line(capsys):
+    assert feddyn_norms.main(["--preset", "fpl-office", "--rounds", "0"]) == 2
+    assert capsys.readouterr().err.startswith("error: ")
