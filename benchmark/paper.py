@@ -1,8 +1,10 @@
 """The papers' published numbers, one place: FPL's (PROTOCOL.md section 1) Table 2, Table 1, Table 3, Fig. 5;
-FedPLVM's (section 2) Tables 1 to 5; FedAPC's (section 3) Tables I and II.
+FedPLVM's (section 2) Tables 1 to 5 and 7 to 12; FedAPC's (section 3) Tables I and II; FedProto's (section 4).
 
 A table here maps method -> dataset -> domain (in the paper's column order) and "AVG" -> accuracy (%);
-`ray_jobs.tables` says which runs each is compared with."""
+`ray_jobs.tables` says which runs each is compared with. How many runs each mean is over (`RUNS`), and the std over
+those runs where the paper prints one (FedPLVM's, `FEDPLVM_*_STD`, the same shape), decide the test of a cell
+(`benchmark.verdicts`)."""
 from __future__ import annotations
 
 import numpy as np
@@ -69,6 +71,11 @@ def _plvm(digit5: list[float] | None = None, office10: list[float] | None = None
     return {ds: dict(zip(FEDPLVM_DOMAINS[ds] + ["AVG"], v)) for ds, v in rows.items() if v is not None}
 
 
+# How many runs each paper's means are over, as it states: FPL "three times" (its Evaluation Metric), FedAPC "3 times"
+# (its Implementation Details), FedPLVM "5 experiments" (its Implement Details; its Table 3 a single one, appendix H);
+# FedProto states none (its ± is over the clients of a run)
+RUNS = {"fpl": 3, "fedapc": 3, "fedplvm": 5, "fedplvm_table3": 1, "fedproto": None}
+
 # Tables 1 (Digit-5) and 2 (Office-10): final round, mean of 5 runs
 FEDPLVM_TABLE12 = {
     "fedavg": _plvm([84.98, 29.38, 82.36, 47.00, 53.14, 59.37], [48.26, 35.11, 57.29, 71.75, 53.10]),
@@ -80,6 +87,18 @@ FEDPLVM_TABLE12 = {
     "fedplvm": _plvm([90.70, 42.08, 86.24, 60.08, 67.16, 69.25], [57.03, 42.71, 61.50, 81.36, 60.65]),
 }
 
+# FedPLVM's ± (the std over its 5 runs) where it prints one: every domain of Tables 1, 2, 7, 8, 10, 11 and 12 (not
+# their Avg), the Avg of Tables 4 and 5; none in Tables 3 and 9. Same shape as the means, without the AVG
+FEDPLVM_TABLE12_STD = {
+    "fedavg": _plvm([0.92, 1.06, 1.18, 0.73, 0.78], [1.92, 0.96, 1.47, 0.80]),
+    "fedprox": _plvm([1.50, 1.23, 0.75, 1.10, 2.37], [0.65, 1.92, 4.42, 0.80]),
+    "fedproto": _plvm([0.72, 1.58, 0.34, 1.12, 0.42], [2.18, 0.91, 2.55, 2.40]),
+    "fedpcl": _plvm([1.08, 2.25, 0.72, 1.18, 1.34], [2.33, 2.73, 5.08, 0.83]),
+    "fedfa": _plvm([0.55, 1.69, 0.38, 1.06, 0.98], [2.15, 2.39, 4.68, 1.86]),
+    "fpl": _plvm([1.39, 1.88, 0.66, 1.96, 1.38], [1.02, 2.38, 3.19, 1.73]),
+    "fedplvm": _plvm([0.39, 1.59, 1.37, 1.47, 0.77], [1.45, 1.04, 2.02, 1.86]),
+}
+
 # Table 3 (Digit-5): local / global prototype generation; cluster/cluster is FedPLVM (a single run, Appendix H)
 FEDPLVM_TABLE3 = {
     "fedplvm_avg_avg": _plvm([86.90, 33.10, 83.90, 53.40, 61.40, 63.54]),
@@ -89,6 +108,7 @@ FEDPLVM_TABLE3 = {
 # Table 4 (Digit-5, AVG only): without / with global clustering, and the prototypes a client receives per round
 FEDPLVM_TABLE4 = {"fedplvm_no_global_clustering": {"digit5": {"AVG": 69.18}}, "fedplvm": {"digit5": {"AVG": 69.47}}}
 FEDPLVM_TABLE4_PROTOTYPES = {"fedplvm_no_global_clustering": 100.92, "fedplvm": 21.20}
+FEDPLVM_TABLE4_STD = {"fedplvm_no_global_clustering": {"digit5": {"AVG": 0.77}}, "fedplvm": {"digit5": {"AVG": 0.71}}}
 # Table 5 (Digit-5, AVG only): contrast / correction terms
 FEDPLVM_TABLE5 = {
     "fedplvm_no_loss": {"digit5": {"AVG": 66.96}},
@@ -96,6 +116,8 @@ FEDPLVM_TABLE5 = {
     "fedplvm_correction_only": {"digit5": {"AVG": 67.95}},
     "fedplvm": {"digit5": {"AVG": 69.25}},
 }
+FEDPLVM_TABLE5_STD = {"fedplvm_no_loss": {"digit5": {"AVG": 0.85}}, "fedplvm_contrast_only": {"digit5": {"AVG": 0.95}},
+                      "fedplvm_correction_only": {"digit5": {"AVG": 0.63}}, "fedplvm": {"digit5": {"AVG": 0.62}}}
 
 
 # Tables 7 (Digit-5) and 8 (Office-10), appendix D: label skew, Dirichlet alpha 0.5 as stated (Table 8's numbers fit
@@ -108,6 +130,16 @@ FEDPLVM_TABLE78 = {
     "fedfa": _plvm([86.65, 29.57, 73.48, 47.19, 60.24, 59.43], [53.28, 36.67, 53.71, 73.20, 54.22]),
     "fpl": _plvm([85.18, 31.54, 72.96, 49.48, 61.08, 60.05], [53.05, 35.41, 58.67, 76.62, 55.94]),
     "fedplvm": _plvm([86.18, 33.24, 73.98, 51.72, 62.90, 61.60], [55.28, 37.48, 59.79, 77.36, 57.48]),
+}
+
+FEDPLVM_TABLE78_STD = {
+    "fedavg": _plvm([0.86, 0.91, 1.86, 0.87, 1.24], [1.60, 0.21, 1.37, 1.38]),
+    "fedprox": _plvm([0.53, 1.06, 2.05, 1.02, 0.58], [0.76, 0.63, 5.31, 0.80]),
+    "fedproto": _plvm([0.80, 0.51, 0.81, 0.99, 0.85], [0.86, 1.09, 0.19, 2.11]),
+    "fedpcl": _plvm([2.13, 0.97, 3.73, 1.55, 1.46], [0.76, 2.18, 0.11, 0.82]),
+    "fedfa": _plvm([0.69, 1.97, 0.77, 0.49, 1.24], [1.72, 1.49, 1.43, 2.52]),
+    "fpl": _plvm([2.66, 2.96, 2.41, 2.42, 2.10], [0.50, 1.05, 2.95, 1.60]),
+    "fedplvm": _plvm([0.98, 1.31, 2.17, 1.08, 1.32], [0.76, 0.21, 1.90, 0.08]),
 }
 
 # Table 9 (Digit-5, appendix E): K-Means instead of FINCH at both levels; FINCH's row is Table 1's
@@ -124,6 +156,9 @@ FEDPLVM_TABLE_T12 = {
     "fedplvm": {"digit5": FEDPLVM_TABLE12["fedplvm"]["digit5"]},
 }
 
+FEDPLVM_TABLE_T12_STD = {"fedplvm_cluster_avg": _plvm([0.55, 1.21, 0.89, 0.88, 1.02]),
+                         "fedplvm": {"digit5": FEDPLVM_TABLE12_STD["fedplvm"]["digit5"]}}
+
 # Table 11 (Digit-5, appendix G): privacy protection of the local model (DP-SGD, epsilon 4, delta 1e-5) and of the
 # local clustered prototypes (Gaussian noise, s 0.05, p 0.1), w/ or w/o each; mean of 5 runs; w/o w/o is Table 1's
 FEDPLVM_TABLE11 = {
@@ -133,12 +168,20 @@ FEDPLVM_TABLE11 = {
     "fedplvm": {"digit5": FEDPLVM_TABLE12["fedplvm"]["digit5"]},
 }
 
+FEDPLVM_TABLE11_STD = {
+    "fedplvm_dp_both": _plvm([0.35, 2.86, 0.48, 1.27, 1.25]),
+    "fedplvm_dp_model": _plvm([0.85, 1.12, 0.43, 1.74, 0.51]),
+    "fedplvm_dp_protos": _plvm([0.34, 1.95, 0.99, 1.53, 1.60]),
+    "fedplvm": {"digit5": FEDPLVM_TABLE12_STD["fedplvm"]["digit5"]},
+}
+
 # Table 10 (Digit-5, appendix F): 10 clients, MNIST 1, SVHN 4, USPS 2, Synth 2, MNIST-M 1; a domain's value is the mean
 # over its clients. The paper's Avg is the mean over all clients (FEDPLVM_TABLE10_CLIENT_AVG); "AVG" here is the mean
 # over the domains (FPL's way, what the reports' AVG column is), from the paper's per-domain values
 _T10 = {"fpl": [90.44, 59.78, 85.14, 73.01, 69.34], "fedplvm": [90.90, 62.72, 85.92, 74.51, 71.32]}
 FEDPLVM_TABLE10 = {m: _plvm(v + [float(np.mean(v))]) for m, v in _T10.items()}
 FEDPLVM_TABLE10_CLIENT_AVG = {"fpl": 71.52, "fedplvm": 73.40}
+FEDPLVM_TABLE10_STD = {"fpl": _plvm([0.67, 1.56, 0.93, 1.09, 0.98]), "fedplvm": _plvm([0.97, 1.69, 0.75, 1.20, 0.35])}
 
 
 def reference(table: dict, method: str, dataset: str, domains: list[str], all_domains: list[str] | None = None

@@ -8,6 +8,8 @@ the paper what we know of why (`gap_note`). FedProto's Tables 1 and 2 have their
 from __future__ import annotations
 
 import json
+from collections import Counter
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -20,7 +22,9 @@ from benchmark.results import LAST_K, atomic_write, read_jsonl, read_summary, ru
 from ray_jobs.config import RunConfig
 from ray_jobs.figures import runs_line, table_figures
 from ray_jobs.run import RunError
-from ray_jobs.tables import GAP_NOTES, METRICS, TABLES, PairedGap, make_target, report_name
+from benchmark.verdicts import (ALPHA, MAX_SEEDS, POWER, CellVerdict, ClaimVerdict, cell_verdict, claim_verdict,
+                                mark_counts)
+from ray_jobs.tables import GAP_NOTES, METRICS, TABLES, Claim, Table, make_target, report_name
 
 FLAG_POINTS = 2.0
 MB = 1e6
@@ -75,7 +79,7 @@ def collect(runs: list[RunConfig], metric: str = "last5") -> pd.DataFrame:
     df = pd.DataFrame(rows)
     return df.groupby(["method", "dataset", "domain"], sort=False).agg(
         ours=("acc", "mean"), std=("acc", "std"), seeds=("acc", "count"), up_bytes=("up_bytes", "mean"),
-        down_bytes=("down_bytes", "mean")).reset_index()
+        down_bytes=("down_bytes", "mean"), values=("acc", list), seed_list=("seed", list)).reset_index()
 
 
 def schedule_words(every: int, last: int) -> str:
@@ -105,23 +109,104 @@ def setting_line(cfg: RunConfig, domains: list[str], done: list[RunConfig] = ())
             + "".join(f" {d}: {note}." for d, note in STAND_INS.get(cfg.dataset, {}).items() if d in domains))
 
 
-def paired_gap_lines(gaps: tuple[PairedGap, ...], dataset: str, runs: list[RunConfig], metric: str) -> list[str]:
-    """A line per `PairedGap` of `dataset` under its table, ours beside the paper's; none for a gap of another
-    dataset, or until both its rows share a seed."""
-    lines = []
-    for gap in gaps:
-        if dataset != gap.dataset:
-            continue
-        avg: dict[str, dict[int, float]] = {gap.minuend: {}, gap.subtrahend: {}}
-        for c in runs:
-            if c.dataset == dataset and c.method in avg:
-                avg[c.method][c.seed] = read_summary(Path(c.out))[metric]["AVG"]
-        seeds = sorted(set(avg[gap.minuend]) & set(avg[gap.subtrahend]))
-        if seeds:
-            ours = float(np.mean([avg[gap.minuend][s] - avg[gap.subtrahend][s] for s in seeds]))
-            lines += ["", f"{gap.label} ({gap.what}, AVG, the seeds both rows have: {', '.join(map(str, seeds))}): "
-                          f"ours {ours:+.2f}, paper {gap.paper:+.2f}."]
-    return lines
+def claim_paper_gap(spec: Table, claim: Claim, kept: list[str], doms: list[str]) -> float:
+    """The paper's gap of a claim: its own number where it gives one (Fig. 5), else the minuend's AVG minus the
+    subtrahend's over the domains run (`paper.reference`), or over all its domains where it gives only an AVG."""
+    if claim.paper is not None:
+        return claim.paper
+    refs = [paper.reference(spec.paper, m, claim.dataset, kept, doms) for m in (claim.minuend, claim.subtrahend)]
+    rows = refs if all(refs) else [spec.paper[m][claim.dataset] for m in (claim.minuend, claim.subtrahend)]
+    return rows[0]["AVG"] - rows[1]["AVG"]
+
+
+@dataclass
+class Verdicts:
+    """A table's verdicts: per compared cell (dataset, method, domain) and per claim (with the paper's gap)."""
+    cells: dict[tuple[str, str, str], CellVerdict] = field(default_factory=dict)
+    claims: list[tuple[Claim, float, ClaimVerdict]] = field(default_factory=list)
+
+    def counts(self) -> tuple[Counter, Counter]:
+        """How many cells are consistent, differ, undecided; how many claims hold, are reversed, undecided."""
+        return Counter(v.verdict for v in self.cells.values()), Counter(v.verdict for *_, v in self.claims)
+
+    def summary(self) -> str:
+        cells, claims = self.counts()
+        return (f"cells {cells['consistent']} consistent, {cells['differs']} differ, {cells['undecided']} undecided; "
+                f"claims {claims['holds']} holding, {claims['reversed']} reversed, {claims['undecided']} undecided")
+
+
+def verdicts(spec: Table, agg: pd.DataFrame, kept: dict[str, list[str]]) -> Verdicts:
+    """Every compared cell's verdict (a method run on a domain the paper has a value for) and every claim's on the
+    datasets run (`kept`: dataset -> the domains run), from `collect`'s frame."""
+    out = Verdicts()
+    for ds, domains in kept.items():
+        doms = list(DATASETS[ds])
+        sub = agg[agg.dataset == ds].set_index(["method", "domain"])
+        for m in dict.fromkeys(sub.index.get_level_values(0)):
+            ref = paper.reference(spec.paper, m, ds, domains, doms) or {}
+            stds = spec.paper_std.get(m, {}).get(ds, {})
+            for d in [x for x in [*domains, "AVG"] if x in ref]:
+                std = stds.get(d) if d != "AVG" or domains == doms else None  # a printed std is of the printed AVG
+                out.cells[(ds, m, d)] = cell_verdict(sub.loc[(m, d), "values"], ref[d], std, spec.paper_runs)
+        for claim in (c for c in spec.claims if c.dataset == ds):
+            avg = {m: dict(zip(sub.loc[(m, "AVG"), "seed_list"], sub.loc[(m, "AVG"), "values"]))
+                   if (m, "AVG") in sub.index else {} for m in (claim.minuend, claim.subtrahend)}
+            seeds = sorted(set(avg[claim.minuend]) & set(avg[claim.subtrahend]))
+            gap = claim_paper_gap(spec, claim, domains, doms)
+            diffs = [avg[claim.minuend][s] - avg[claim.subtrahend][s] for s in seeds]
+            out.claims.append((claim, gap, claim_verdict(diffs, gap)))
+    return out
+
+
+def verdict_rule(spec: Table) -> str:
+    """How a table's cells and claims are tested, in words."""
+    runs = f"{spec.paper_runs} run{'s' * (spec.paper_runs != 1)}" if spec.paper_runs else "runs it does not count"
+    cell = (f"Welch's t-test of our seeds' mean ± std against the paper's over its {runs} where the paper prints a "
+            "std, a one-sample t-test of our seeds against its value where it prints none"
+            if spec.paper_std else f"a one-sample t-test of our seeds against the paper's value (a mean over {runs} "
+            "without a std)")
+    return (f"Verdicts at {ALPHA:.0%} (`benchmark/verdicts.py`): a cell, {cell}: ✓ consistent, ✗ differs (with the "
+            "p-value and our mean's 95% interval; a consistent cell also the smallest difference our seeds could "
+            f"detect at {POWER:.0%} power: a consistent cell that could not have seen a gap of many points says "
+            "little), ? undecided with 1 seed. A claim (the paper's gap between two rows' AVG, its "
+            "sign the claim), paired over the seeds both rows have: a paired t-test with 3 pairs or more, a sign test "
+            "with fewer: holds, reversed, or undecided. An undecided one: the seeds that would decide it at "
+            f"{POWER:.0%} power, from our spread (one seed: the paper's std, where it prints one), at most "
+            f"{MAX_SEEDS}.")
+
+
+def cell_verdict_lines(cells: dict[tuple[str, str, str], CellVerdict], dataset: str, sub: pd.DataFrame,
+                       refs: dict) -> list[str]:
+    """A dataset's compared cells, one row each: ours, the paper's, the test and its verdict."""
+    rows = [(m, d, v) for (ds, m, d), v in cells.items() if ds == dataset]
+    if not rows:
+        return []
+    return ["", "Each compared cell's verdict:", "", "| method | domain | ours | paper | verdict |", "|---|" * 5,
+            *(f"| {m} | {d} | {sub.loc[(m, d), 'ours']:.2f} ({v.seeds} seed{'s' * (v.seeds > 1)}) | {refs[m][d]:.2f} | "
+              f"{v.words()} |" for m, d, v in rows)]
+
+
+def verdict_columns(v: CellVerdict | None) -> dict:
+    """A cell's verdict as the report's csv has it (empty for a cell not compared)."""
+    if v is None:
+        return {"verdict": None, "test": None, "p_value": None, "ci_low": None, "ci_high": None, "detectable": None,
+                "seeds_needed": None}
+    return {"verdict": v.verdict, "test": v.test or None, "p_value": None if v.p is None else round(v.p, 6),
+            **{k: None if v.ci is None else round(x, 4) for k, x in zip(("ci_low", "ci_high"), v.ci or (0, 0))},
+            "detectable": None if v.detectable is None else round(v.detectable, 4), "seeds_needed": v.needed}
+
+
+def claim_lines(claims: list[tuple[Claim, float, ClaimVerdict]], dataset: str) -> list[str]:
+    """A dataset's claims, one row each: the paper's gap, ours (the mean over the seeds both rows have), the test."""
+    rows = [(c, gap, v) for c, gap, v in claims if c.dataset == dataset]
+    if not rows:
+        return []
+    return ["", "The paper's claims (a row minus another, the paper's gap beside ours, the mean of the differences "
+                "over the seeds both rows have; of a dataset's AVG, the paper's on the domains run, or its own where "
+                "it gives only an AVG):", "",
+            "| claim | paper | ours | verdict |", "|---|---|---|---|",
+            *(f"| {c.label}: {c.what} | {gap:+.2f} | " + ("–" if v.mean is None else f"{v.mean:+.2f}")
+              + f" | {v.words()} |" for c, gap, v in rows)]
 
 
 def report(table: str, profile: str, runs: list[RunConfig], results_dir: Path) -> pd.DataFrame:
@@ -147,8 +232,11 @@ def report(table: str, profile: str, runs: list[RunConfig], results_dir: Path) -
     seeds_note = (f"Seeds {list(spec.seeds_for(profile))}" if len(runs) == planned else
                   f"Seeds {list(spec.seeds_for(profile))} planned, not all run: a row is over the seeds it has, "
                   "marked (n seeds) when fewer")
-    lines += [title, "", f"{seeds_note}; accuracy (%) of the evaluated model, "
-              f"{METRICS[spec.metric]}; mean ± std over seeds (paper value, ours - paper). "
+    ver = verdicts(spec, agg, {ds: [d for d in DATASETS[ds] if d not in dropped.get(ds, [])]
+                               for ds in dict.fromkeys(c.dataset for c in every)})
+    lines += [title, "", f"**Verdicts: {ver.summary()}.** {verdict_rule(spec)}", "",
+              f"{seeds_note}; accuracy (%) of the evaluated model, "
+              f"{METRICS[spec.metric]}; mean ± std over seeds (paper value, ours - paper) and the cell's verdict. "
               f"⚠ = a compared cell more than {FLAG_POINTS:g} points from the paper."
               + (" Up / down MB: what one client uploads / receives per round (weights and prototypes; mean over "
                  "clients, rounds and seeds)." if comm else ""), ""]
@@ -162,7 +250,7 @@ def report(table: str, profile: str, runs: list[RunConfig], results_dir: Path) -
         sub = agg[agg.dataset == ds].set_index(["method", "domain"])
         avg_label = "AVG" if len(kept) == len(doms) else f"AVG of {len(kept)}"
         header = ["method", *doms, avg_label, "Δ FedAvg (paper)", "rank (paper)",
-                  *(["up MB", "down MB"] if comm else []), "flag"]
+                  *(["up MB", "down MB"] if comm else []), "verdicts", "flag"]
         body = []
         # the paper's AVG when every domain ran, else the mean of its values on the domains that ran
         refs = {m: paper.reference(ref, m, ds, kept, doms) for m in [*methods, *not_run, *spec.not_implemented]}
@@ -186,13 +274,15 @@ def report(table: str, profile: str, runs: list[RunConfig], results_dir: Path) -
                 if diff is not None and abs(diff) > FLAG_POINTS:
                     flagged.append((m, d, diff, 0.0 if np.isnan(std) else float(std), n_seeds))
                 std_s = "" if np.isnan(std) else f" ± {std:.2f}"
-                cells.append(f"{ours:.2f}{std_s}" + ("" if pv is None else f" ({pv:.2f}, {diff:+.2f})"))
+                v = ver.cells.get((ds, m, d))
+                cells.append(f"{ours:.2f}{std_s}" + ("" if pv is None else f" ({pv:.2f}, {diff:+.2f})")
+                             + ("" if v is None else f" {v.mark()}"))
                 csv_rows.append({"table": table, "profile": profile, "dataset": ds, "method": m,
                                  "domain": d if d != "AVG" else avg_label, "ours_mean": round(float(ours), 4),
                                  "ours_std": None if np.isnan(std) else round(float(std), 4),
                                  "seeds": int(sub.loc[(m, d), "seeds"]), "paper": pv,
                                  "diff": None if diff is None else round(float(diff), 4),
-                                 "flag": diff is not None and abs(diff) > FLAG_POINTS,
+                                 "flag": diff is not None and abs(diff) > FLAG_POINTS, **verdict_columns(v),
                                  **({"up_bytes": sub.loc[(m, d), "up_bytes"],
                                      "down_bytes": sub.loc[(m, d), "down_bytes"]} if comm else {})})
             if "fedavg" in our_avg:
@@ -204,6 +294,7 @@ def report(table: str, profile: str, runs: list[RunConfig], results_dir: Path) -
             cells.append(f"{order.index(m) + 1} ({paper_order.index(m) + 1 if m in paper_order else '–'})")
             if comm:
                 cells += [f"{sub.loc[(m, 'AVG'), k] / MB:.3f}" for k in ("up_bytes", "down_bytes")]
+            cells.append(mark_counts([v for (ds_, m_, _), v in ver.cells.items() if (ds_, m_) == (ds, m)]))
             cells.append("⚠" if flag else "")
             body.append(cells)
         for label, ms in (("not run", not_run), ("not implemented", spec.not_implemented)):  # the paper's row only
@@ -212,7 +303,7 @@ def report(table: str, profile: str, runs: list[RunConfig], results_dir: Path) -
                 body.append([f"{m} ({label})", *("not run" if d not in kept else f"– ({pv[d]:.2f})" if d in pv
                                                  else "–" for d in doms),
                              f"– ({pv['AVG']:.2f})" if "AVG" in pv else "–", "–", "–",
-                             *(["–", "–"] if comm else []), ""])
+                             *(["–", "–"] if comm else []), "–", ""])
         lines += [f"## {ds}" + (f" (without {', '.join(dropped[ds])}; compared on the remaining domains)"
                                 if ds in dropped else ""), "",
                   setting, "", "| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
@@ -240,7 +331,7 @@ def report(table: str, profile: str, runs: list[RunConfig], results_dir: Path) -
                 lines.append(f"| {m} | {np.mean(got):.2f} | {'–' if pv is None else f'{pv:.2f}'} |")
         if spec.client_avg is not None:
             lines += client_avg_lines(spec, methods, sub, c0, kept, refs)
-        lines += paired_gap_lines(spec.paired_gaps, ds, runs, spec.metric)
+        lines += cell_verdict_lines(ver.cells, ds, sub, refs) + claim_lines(ver.claims, ds)
         lines.append("")
     fig_dir = results_dir / "figures" / name
     figs = table_figures(table, [Path(c.out) for c in runs], fig_dir, f"{spec.title}, {profile} profile")

@@ -28,7 +28,8 @@ from benchmark.protocols import FEDPROTO_FIGURE3_SHOTS
 from benchmark.results import FEATURES_FILE, atomic_write, read_jsonl, read_summary, run_complete
 from ray_jobs.config import RunConfig
 from ray_jobs.figures import runs_line, table_figures
-from ray_jobs.report import gap_note
+from benchmark.verdicts import MARKS_LEGEND, cell_verdict, claim_verdict, mark_counts
+from ray_jobs.report import Verdicts, claim_lines, gap_note, verdict_columns
 from ray_jobs.run import RunError
 from ray_jobs.tables import TABLES
 
@@ -73,6 +74,25 @@ def paper_value(method: str, rule: str, stdev: int, ways: int) -> tuple[float | 
     if rule == "classifier" and method in FEDPROTO_METHODS:
         return None, None
     return paper.FEDPROTO_TABLE[stdev][method][ways]
+
+
+def verdicts(df: pd.DataFrame) -> Verdicts:
+    """Each compared cell's verdict, ("stdev 2", method, "n = 3") -> our seeds (the headline rule's) against the
+    paper's mean (a one-sample t-test: the paper's ± is over the clients of its run, not over runs); each claim's
+    (`TABLES["fedproto"].claims`), paired over the seeds whose rows ran every n."""
+    out = Verdicts()
+    head = df[(df.shots == SHOTS) & (df.rule == df.method.map(headline_rule))]
+    for (m, sd, w), g in head.groupby(["method", "stdev", "ways"], sort=False):
+        out.cells[(f"stdev {sd}", m, f"n = {w}")] = cell_verdict(list(g.acc), paper.FEDPROTO_TABLE[sd][m][w][0])
+    for claim in TABLES["fedproto"].claims:
+        per_seed = {}
+        for m in (claim.minuend, claim.subtrahend):
+            g = head[(head.method == m) & (head.stdev == int(claim.dataset.split()[1]))].groupby("seed").acc
+            per_seed[m] = {s: v for s, v, n in zip(g.mean().index, g.mean(), g.count()) if n == len(WAYS)}
+        seeds = sorted(set(per_seed[claim.minuend]) & set(per_seed[claim.subtrahend]))
+        out.claims.append((claim, claim.paper, claim_verdict(
+            [per_seed[claim.minuend][s] - per_seed[claim.subtrahend][s] for s in seeds], claim.paper)))
+    return out
 
 
 def figure3_lines(agg: pd.DataFrame, shots: list[int], drawn: bool) -> list[str]:
@@ -120,7 +140,13 @@ def report(profile: str, runs: list[RunConfig], results_dir: Path) -> tuple[pd.D
     c0 = runs[0]
     title = f"# {TABLES['fedproto'].title}: reproduction ({profile} profile"
     title += ", SMOKE SETTINGS: not comparable to the paper)" if profile == "smoke" else ")"
-    lines = [title, "",
+    ver = verdicts(df)
+    lines = [title, "", f"**Verdicts: {ver.summary()}.** Verdicts at 5% (`benchmark/verdicts.py`): a cell ("
+             f"{MARKS_LEGEND}), a one-sample t-test of our seeds against the paper's mean (the paper states no number "
+             "of runs and its ± is over the clients of a run, not over runs); with one seed, undecided, and no spread "
+             "to plan more seeds from. A claim (its bold row: FedProto above each baseline, on the mean over n at "
+             "each stdev), paired over the seeds both rows ran at every n: a paired t-test with 3 pairs or more, a "
+             "sign test with fewer.", "",
              f"Presets fedproto-mnist-n3|n4|n5 (stdev of n 2) and -s3 (stdev 3) (20 clients, n-way k-shot, k ≈ 100, "
              f"40 test samples per class): {c0.rounds} rounds x {c0.local_epochs} local epoch, batch {c0.batch_size}, "
              f"lr {c0.lr:g}, momentum {c0.momentum:g}, client fraction {c0.client_fraction:g}; seeds "
@@ -134,7 +160,7 @@ def report(profile: str, runs: list[RunConfig], results_dir: Path) -> tuple[pd.D
              "travelled (paper's column, x 10^3); the paper's rounds to converge in brackets (we run every method "
              f"for {c0.rounds}).", "",
              "| method | stdev | " + " | ".join(f"n = {w}" for w in WAYS)
-             + " | client std (n = 3/4/5) | params/round (paper) | flag |", "|" + "---|" * (len(WAYS) + 5)]
+             + " | client std (n = 3/4/5) | params/round (paper) | verdicts | flag |", "|" + "---|" * (len(WAYS) + 6)]
     csv_rows, far = [], {}  # far: row label -> (the cells further from the paper than its ±, what we know of why)
     groups = dict(iter(agg[agg.shots == SHOTS].groupby(["method", "rule", "stdev"], sort=False)))
     for method, rule, stdev in [(m, r, sd) for sd in STDEVS for m in paper.FEDPROTO_TABLE[sd] if (m, sd) in planned
@@ -157,19 +183,23 @@ def report(profile: str, runs: list[RunConfig], results_dir: Path) -> tuple[pd.D
                 cells_far.append(f"stdev {stdev} n = {w} {ours:.2f} vs {pv:.2f} ± {pstd:.2f} ({diff:+.2f}; our client "
                                  f"std {sub.loc[w, 'client_std']:.2f})")
             std_s = "" if np.isnan(std) else f" ± {std:.2f}"
-            cells.append(f"{ours:.2f}{std_s}" + ("" if pv is None else f" ({pv:.2f}, {diff:+.2f})"))
+            v = ver.cells.get((f"stdev {stdev}", method, f"n = {w}")) if rule == headline_rule(method) else None
+            cells.append(f"{ours:.2f}{std_s}" + ("" if pv is None else f" ({pv:.2f}, {diff:+.2f})")
+                         + ("" if v is None else f" {v.short()}"))
             csv_rows.append({"profile": profile, "method": method, "rule": rule, "stdev": stdev, "ways": w,
                              "shots": SHOTS, "ours_mean": round(float(ours), 4),
                              "ours_std": None if np.isnan(std) else round(float(std), 4),
                              "seeds": int(sub.loc[w, "seeds"]), "client_std": round(float(sub.loc[w, "client_std"]), 4),
                              "paper": pv, "diff": None if diff is None else round(float(diff), 4),
-                             "params_per_round": int(sub.loc[w, "params"])})
+                             "params_per_round": int(sub.loc[w, "params"]), **verdict_columns(v)})
         cells.append(" / ".join(f"{sub.loc[w, 'client_std']:.2f}" if w in sub.index else "–" for w in WAYS))
         cells.append(" / ".join(f"{sub.loc[w, 'params'] / 1e3:.1f}k" if w in sub.index else "–" for w in WAYS)
                      + f" ({paper.FEDPROTO_COMM_PARAMS_K[method]}k; {paper.FEDPROTO_COMM_ROUNDS[method]} rounds)")
+        cells.append(mark_counts([v for (sd, m, _), v in ver.cells.items() if (sd, m) == (f"stdev {stdev}", method)])
+                     if rule == headline_rule(method) else "–")
         cells.append("⚠" if flag else "")
         lines.append("| " + " | ".join(cells) + " |")
-    lines.append("")
+    lines += [*(line for sd in STDEVS for line in claim_lines(ver.claims, f"stdev {sd}")), ""]
     if far:
         lines += ["Cells further from the paper than its ±, and what we know of why:", "",
                   *(f"- {row}: {'; '.join(cells)}. {why[0].upper()}{why[1:]}."

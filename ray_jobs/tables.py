@@ -28,18 +28,26 @@ SMOKE_SEEDS = (0,)
 
 
 @dataclass(frozen=True)
-class PairedGap:
-    """A comparison the paper makes between two rows, summed up as one number: the AVG of one row minus another's on
-    one dataset (FPL's Fig. 5: CPCL alone with cluster prototypes minus with global ones, +2.08 on Office-Caltech;
-    its Table 3: UPCR towards the unbiased target minus towards the global one). Ours is the mean over the
-    seeds both rows have run, seed by seed (a seed draws the same clients' data and initial model for both, so a
-    gap of the rows' means over different seeds would mix in the seeds' spread, several points on Office-Caltech)."""
-    label: str  # the paper's name for it ("Fig. 5")
+class Claim:
+    """A claim the paper makes: one row above another on a dataset's AVG (its bold row above the others, its Δ
+    columns, FPL's Fig. 5: CPCL alone with cluster prototypes minus with global ones, +2.08 on Office-Caltech). The
+    sign of the paper's gap is the claim; ours is tested on the differences seed by seed over the seeds both rows
+    have run (a seed draws the same clients' data and initial model for both, so a gap of the rows' means over
+    different seeds would mix in the seeds' spread, several points on Office-Caltech): `benchmark.verdicts`."""
+    label: str  # the paper's name for where it says so ("Fig. 5")
     what: str  # what the gap is of
     minuend: str  # method
     subtrahend: str  # method
-    dataset: str
-    paper: float
+    dataset: str  # FedProto's tables: the stdev of n ("stdev 2"), the claim on the mean over n
+    paper: float | None = None  # the paper's gap; None: from the table's numbers (`ray_jobs.report.claim_paper_gap`)
+
+
+def above(label: str, numbers: dict, best: str, others=None, datasets=None) -> tuple[Claim, ...]:
+    """The claims that `best` is above each of `others` (default: every other row of `numbers`) on the AVG of each
+    dataset both rows have in `numbers` (or of `datasets`)."""
+    return tuple(Claim(label, f"{best} minus {other}", best, other, ds)
+                 for ds in (datasets or numbers[best]) for other in (others or numbers)
+                 if other != best and ds in numbers[other])
 
 
 @dataclass(frozen=True)
@@ -76,7 +84,11 @@ class Table:
     # (`ray_jobs.report_grid`)
     grid: tuple[str, tuple] | None = None
     smoke_grid: tuple | None = None  # the grid's values the smoke profile runs (None: all)
-    paired_gaps: tuple[PairedGap, ...] = ()  # a line each under its dataset's table (Table 3, Fig. 5, FedAPC)
+    claims: tuple[Claim, ...] = ()  # the paper's claims, a verdict each under its dataset's table
+    # the paper's std over its runs where it prints one (same shape as `paper`, no AVG unless printed), and how many
+    # runs its means are over (`paper.RUNS`): Welch's t-test of a cell where both are known, else a one-sample t-test
+    paper_std: dict = field(default_factory=dict)
+    paper_runs: int | None = None
 
     def row_list(self, profile: str = "full") -> list[tuple[str, str]]:
         rows = self.rows() if callable(self.rows) else self.rows
@@ -113,17 +125,21 @@ def _fpl_rows(methods) -> list[tuple[str, str]]:
 
 
 TABLES: dict[str, Table] = {
-    "2": Table("FPL Table 2", _fpl_rows(TABLE2_METHODS), paper.TABLE2),
-    "1": Table("FPL Table 1 (CPCL / UPCR ablation)", _fpl_rows(paper.TABLE1), paper.TABLE1),
+    "2": Table("FPL Table 2", _fpl_rows(TABLE2_METHODS), paper.TABLE2, paper_runs=paper.RUNS["fpl"],
+               claims=above("Table 2", paper.TABLE2, "fpl")),  # its bold row, FPL's, above every other
+    # each term alone above neither (FedAvg), both above each alone
+    "1": Table("FPL Table 1 (CPCL / UPCR ablation)", _fpl_rows(paper.TABLE1), paper.TABLE1,
+               paper_runs=paper.RUNS["fpl"],
+               claims=(*above("Table 1", paper.TABLE1, "fpl_cpcl_only", ("fedavg",)),
+                       *above("Table 1", paper.TABLE1, "fpl_upcr_only", ("fedavg",)),
+                       *above("Table 1", paper.TABLE1, "fpl", ("fpl_cpcl_only", "fpl_upcr_only")))),
     "3": Table("FPL Table 3 (consistency target G vs U) and Fig. 5 (CPCL cluster vs global prototypes)",
                _fpl_rows(paper.TABLE3) + [("fpl_cpcl_only", "fpl-office"), ("fpl_cpcl_global", "fpl-office")],
-               paper.TABLE3, paired_gaps=(
-                   # (on Digits the paper's AVG includes SVHN, which offline runs lack: Office-Caltech only)
-                   PairedGap("Table 3", "UPCR towards the unbiased minus the global target, U minus G", "fpl_upcr_only",
-                             "fpl_upcr_global", "office_caltech", paper.TABLE3["fpl_upcr_only"]["office_caltech"]["AVG"]
-                             - paper.TABLE3["fpl_upcr_global"]["office_caltech"]["AVG"]),
-                   PairedGap("Fig. 5", "CPCL only, cluster minus global prototypes", "fpl_cpcl_only",
-                             "fpl_cpcl_global", "office_caltech", paper.FIG5_CLUSTER_MINUS_GLOBAL_AVG))),
+               paper.TABLE3, paper_runs=paper.RUNS["fpl"], claims=(
+                   *(Claim("Table 3", "UPCR towards the unbiased minus the global target, U minus G", "fpl_upcr_only",
+                           "fpl_upcr_global", ds) for ds in paper.TABLE3["fpl_upcr_only"]),
+                   Claim("Fig. 5", "CPCL only, cluster minus global prototypes", "fpl_cpcl_only",
+                         "fpl_cpcl_global", "office_caltech", paper.FIG5_CLUSTER_MINUS_GLOBAL_AVG))),
     # FedProto (AAAI 2022) Tables 1 and 2, MNIST n-way k-shot, n = 3, 4, 5, stdev of n 2 (Table 1) and 3 (Table 2's
     # second rows, presets -s3), the paper's eight rows, and Figure 3 (FedProto and FedAvg at n = 3 with k samples
     # per class, presets -k<k>; run after Table 1, before Table 2's second rows); its own report
@@ -136,44 +152,58 @@ TABLES: dict[str, Table] = {
                          for m in paper.FEDPROTO_FIGURE3]
                       + [(m, f"fedproto-mnist-n{n}-s3") for n in (3, 4, 5) for m in paper.FEDPROTO_TABLE[3]],
                       paper.FEDPROTO_TABLE, metric="final", seeds=(0,), smoke=dict(eval_max=None),
+                      # its bold row: FedProto above each baseline, at each stdev on the mean over n = 3, 4, 5 (the
+                      # claim's "dataset" is the stdev); the paper's runs are not counted, its ± is over clients
+                      claims=tuple(Claim(f"Table {1 if sd == 2 else 2}", f"fedproto_orig minus {m}, mean over n",
+                                         "fedproto_orig", m, f"stdev {sd}",
+                                         sum(rows["fedproto_orig"][n][0] - rows[m][n][0] for n in rows[m])
+                                         / len(rows[m]))
+                                   for sd, rows in paper.FEDPROTO_TABLE.items() for m in rows
+                                   if m not in ("fedproto_orig", "fedproto_mh")),
                       smoke_presets=(*(f"fedproto-mnist-n{n}{s}" for n in (3, 4, 5) for s in ("", "-s3")),
                                      "fedproto-mnist-n3-k60")),
     "fedapc": Table("FedAPC Tables I and II (8 clients; fedapc_noaug: Table II, without augmentation)",
                     [(m, p) for p in ("fedapc-digits", "fedapc-office") for m in paper.FEDAPC], paper.FEDAPC,
-                    communication=True, paired_gaps=tuple(
-                        # the paper's claims, FedAPC's gain over FedAvg (Table I) and over its ablation (Table II);
-                        # Office-Caltech only, as Table 3's (the paper's Digits AVG includes SVHN)
-                        PairedGap(label, what, "fedapc", other, "office_caltech",
-                                  paper.FEDAPC["fedapc"]["office_caltech"]["AVG"]
-                                  - paper.FEDAPC[other]["office_caltech"]["AVG"])
-                        for label, what, other in (("Table I", "FedAPC minus FedAvg", "fedavg"),
-                                                   ("Table II", "FedAPC minus FedAPC without augmentation",
-                                                    "fedapc_noaug")))),
+                    communication=True, paper_runs=paper.RUNS["fedapc"],
+                    # the paper's claims: FedAPC above every row of Table I, and above its ablation (Table II)
+                    claims=(*above("Table I", paper.FEDAPC_TABLE1, "fedapc"),
+                            *above("Table II", paper.FEDAPC_TABLE2, "fedapc"))),
     # every registered method that is not an ablation variant, read from the registry when the sweep
     # plans, so a method registered later joins without an edit; the paper values are FPL's Table 2; smoke: Table
     # 2's methods (their runs shared with Table 2's smoke sweep) and one of each other kind of communication (none,
     # prototypes only, FedAPC's); every method's own test runs it end to end
     "all": Table("Every method under FPL's protocol (paper values: FPL's Table 2)",
                  lambda: _fpl_rows([m for m, spec in METHODS.items() if spec.variant_of is None]), paper.TABLE2,
-                 communication=True, smoke_methods=(*TABLE2_METHODS, "local", "fedproto_orig", "fedapc")),
+                 communication=True, smoke_methods=(*TABLE2_METHODS, "local", "fedproto_orig", "fedapc"),
+                 paper_runs=paper.RUNS["fpl"]),
 }
 
 FEDPLVM_PRESETS = ("fedplvm-digit5", "fedplvm-office10")
 # FedPLVM's metric: the final round, mean of 5 runs (its main.py seeds all five with 0: their spread is GPU noise);
 # ours over seeds 0, 1, 2, a real spread; smoke: 4 of its 10 images per class (one batch of 32 with drop_last per
 # epoch; 5% would leave no full batch)
-_FEDPLVM = dict(metric="final", seeds=(0, 1, 2), smoke=dict(client_fraction=0.4))
+_FEDPLVM = dict(metric="final", seeds=(0, 1, 2), smoke=dict(client_fraction=0.4), paper_runs=paper.RUNS["fedplvm"])
 TABLES |= {
     "fedplvm12": Table("FedPLVM Tables 1 (Digit-5) and 2 (Office-10)",
                        [(m, p) for p in FEDPLVM_PRESETS for m in paper.FEDPLVM_TABLE12], paper.FEDPLVM_TABLE12,
-                       prototype_count_figure="fedplvm", **_FEDPLVM),
+                       prototype_count_figure="fedplvm", paper_std=paper.FEDPLVM_TABLE12_STD,
+                       claims=above("Tables 1, 2", paper.FEDPLVM_TABLE12, "fedplvm"), **_FEDPLVM),
     "fedplvm3": Table("FedPLVM Table 3 (prototype generation, local / global: avg/avg, avg/cluster, cluster/cluster)",
-                      [(m, "fedplvm-digit5") for m in paper.FEDPLVM_TABLE3], paper.FEDPLVM_TABLE3, **_FEDPLVM),
+                      [(m, "fedplvm-digit5") for m in paper.FEDPLVM_TABLE3], paper.FEDPLVM_TABLE3,
+                      claims=(*above("Table 3", paper.FEDPLVM_TABLE3, "fedplvm", ("fedplvm_avg_cluster",)),
+                              *above("Table 3", paper.FEDPLVM_TABLE3, "fedplvm_avg_cluster", ("fedplvm_avg_avg",))),
+                      **{**_FEDPLVM, "paper_runs": paper.RUNS["fedplvm_table3"]}),
     "fedplvm4": Table("FedPLVM Table 4 (without / with global clustering)",
                       [(m, "fedplvm-digit5") for m in paper.FEDPLVM_TABLE4], paper.FEDPLVM_TABLE4,
-                      prototypes_received=True, **_FEDPLVM),
+                      prototypes_received=True, paper_std=paper.FEDPLVM_TABLE4_STD,
+                      # the paper calls the two "comparable" (its gap +0.29), with 4.76 times fewer prototypes
+                      claims=above("Table 4", paper.FEDPLVM_TABLE4, "fedplvm"), **_FEDPLVM),
     "fedplvm5": Table("FedPLVM Table 5 (contrast / correction terms)",
-                      [(m, "fedplvm-digit5") for m in paper.FEDPLVM_TABLE5], paper.FEDPLVM_TABLE5, **_FEDPLVM),
+                      [(m, "fedplvm-digit5") for m in paper.FEDPLVM_TABLE5], paper.FEDPLVM_TABLE5,
+                      paper_std=paper.FEDPLVM_TABLE5_STD,  # its Δ column: each term, and both, above neither
+                      claims=tuple(c for m in paper.FEDPLVM_TABLE5 if m != "fedplvm_no_loss"
+                                   for c in above("Table 5", paper.FEDPLVM_TABLE5, m, ("fedplvm_no_loss",))),
+                      **_FEDPLVM),
 }
 # Tables 7 and 8 (appendix D): Tables 1 and 2 under FedPLVM's Dirichlet label skew, whose code then averages the
 # weights by sample count (`average_weights_noniid`). The paper states alpha 0.5 for both; Office-10 draws at 1.0,
@@ -183,27 +213,35 @@ TABLES |= {
 TABLES["fedplvm78"] = Table(
     "FedPLVM Tables 7 (Digit-5) and 8 (Office-10): label skew, Dirichlet alpha 0.5 (Office-10: 1.0)",
     [(m, p) for p in FEDPLVM_PRESETS for m in paper.FEDPLVM_TABLE78], paper.FEDPLVM_TABLE78,
+    paper_std=paper.FEDPLVM_TABLE78_STD, claims=above("Tables 7, 8", paper.FEDPLVM_TABLE78, "fedplvm"),
     **{**_FEDPLVM, "smoke": dict(client_fraction=1.0)}, config=dict(dirichlet_alpha=0.5, aggregation="samples"),
     preset_config={"fedplvm-office10": dict(dirichlet_alpha=1.0)}, smoke_methods=("fedplvm",))
 # Table 9 (appendix E): K-Means in place of FINCH at both levels (FINCH: Table 1's run); smoke: adaptive K alone
 TABLES["fedplvm9"] = Table("FedPLVM Table 9 (K-Means instead of FINCH, both levels)",
                            [(m, "fedplvm-digit5") for m in paper.FEDPLVM_TABLE9], paper.FEDPLVM_TABLE9, **_FEDPLVM,
+                           claims=above("Table 9", paper.FEDPLVM_TABLE9, "fedplvm"),
                            smoke_methods=("fedplvm_kmeans_adaptive",))
 # Table 12 (appendix H): local clustering, global average (cluster/cluster: Table 1's run); key fedplvm_t12, as
 # fedplvm12 is Tables 1 and 2
 TABLES["fedplvm_t12"] = Table("FedPLVM Table 12 (local clustering with the global average)",
                               [(m, "fedplvm-digit5") for m in paper.FEDPLVM_TABLE_T12], paper.FEDPLVM_TABLE_T12,
-                              **_FEDPLVM, smoke_methods=("fedplvm_cluster_avg",))
+                              paper_std=paper.FEDPLVM_TABLE_T12_STD,
+                              claims=above("Table 12", paper.FEDPLVM_TABLE_T12, "fedplvm"), **_FEDPLVM,
+                              smoke_methods=("fedplvm_cluster_avg",))
 # Table 10 (appendix F): 10 unbalanced clients (split "unbalanced"), FPL and FedPLVM; smoke: FedPLVM alone
 TABLES["fedplvm10"] = Table("FedPLVM Table 10 (unbalanced clients: MNIST 1, SVHN 4, USPS 2, Synth 2, MNIST-M 1)",
                             [(m, "fedplvm-digit5") for m in paper.FEDPLVM_TABLE10], paper.FEDPLVM_TABLE10, **_FEDPLVM,
+                            paper_std=paper.FEDPLVM_TABLE10_STD,
+                            claims=above("Table 10", paper.FEDPLVM_TABLE10, "fedplvm"),
                             config=dict(split="unbalanced"), smoke_methods=("fedplvm",),
                             client_avg=paper.FEDPLVM_TABLE10_CLIENT_AVG)
 # Table 11 (appendix G): DP-SGD local training and/or noisy local prototypes (w/o w/o: Table 1's run); DP-SGD runs
 # under the sequential engine (auto picks it); smoke: both protections at once, every code path of the other rows
 TABLES["fedplvm11"] = Table("FedPLVM Table 11 (privacy: DP-SGD local model / Gaussian noise on the local prototypes)",
                             [(m, "fedplvm-digit5") for m in paper.FEDPLVM_TABLE11], paper.FEDPLVM_TABLE11,
-                            **_FEDPLVM, smoke_methods=("fedplvm_dp_both",))
+                            paper_std=paper.FEDPLVM_TABLE11_STD,
+                            claims=above("Table 11", paper.FEDPLVM_TABLE11, "fedplvm"), **_FEDPLVM,
+                            smoke_methods=("fedplvm_dp_both",))
 # Figures 4 and 5 (sections 5.2.2, 5.3): plots without numbers; our grids (docs/deviations.md, 38), each method's
 # default point the Table 1-2 run itself. Smoke: two values of one method, the default (shared with Table 1's smoke
 # run) and one other; Figure 5 its default alone (the other values run the same code)
