@@ -3,18 +3,16 @@ its run completes, gives the run of an undisturbed sweep bit for bit and leaves 
 it makes sees a changed number and the file check a truncated checkpoint."""
 from __future__ import annotations
 
-import importlib.util
 import json
 import subprocess
 import sys
-from pathlib import Path
+
+import tool_script
 
 from benchmark import checkpoint
 
-TOOL = Path(__file__).resolve().parent.parent / "tools" / "chaos.py"
-spec = importlib.util.spec_from_file_location("chaos", TOOL)
-chaos = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(chaos)
+TOOL = tool_script.TOOLS / "chaos.py"
+chaos = tool_script.load("chaos")
 
 
 def test_a_sweep_killed_twice_resumes_to_the_undisturbed_sweeps_run_and_nothing_is_half_written(data_root, tmp_path):
