@@ -228,8 +228,10 @@ def main(argv: list[str] | None = None) -> int:
     runs = len(args.methods.split(",")) * len(args.seeds.split(","))
     rng = random.Random(args.seed)
     base = {ex: undisturbed(args, ex, out / f"undisturbed-{ex}", runs) for ex in executors}
-    fire = {ex: under_fire(args, ex, out / f"chaos-{ex}", runs, args.kills // len(executors)
-                           + (i < args.kills % len(executors)), base[ex][1], rng) for i, ex in enumerate(executors)}
+    fire = {}
+    for i, ex in enumerate(executors):  # the kills left, split over the executors left (a sweep may complete first)
+        left = args.kills - sum(sum(f["kills"].values()) for f in fire.values())
+        fire[ex] = under_fire(args, ex, out / f"chaos-{ex}", runs, -(-left // (len(executors) - i)), base[ex][1], rng)
     kills = sum((f["kills"] for f in fire.values()), Counter())
     differ = [f"{ex}/{name}" for ex in executors for name in compared(out / f"undisturbed-{ex}", out / f"chaos-{ex}")]
     said = {ex: resumes(out / f"chaos-{ex}") for ex in executors}
