@@ -63,6 +63,21 @@ def read_jsonl(path: Path) -> list[dict]:
     return [json.loads(line) for line in text.splitlines() if line.strip()]
 
 
+def computed_metrics(run_dir: Path) -> list[tuple]:
+    """What a run's metrics.jsonl says it computed, round by round (round, accuracy, client and train losses), without
+    its timings: equal for a run interrupted and resumed and the same run undisturbed (docs/reliability.md)."""
+    return [(r["round"], r["accuracy"], r["client_loss"], r["train_loss"])
+            for r in read_jsonl(run_dir / "metrics.jsonl")]
+
+
+def computed_summary(run_dir: Path) -> dict:
+    """A run's summary.json without how long it took, when it finished and its processes' peak memory."""
+    s = json.loads((run_dir / "summary.json").read_text())
+    for key in ("wall_time_s", "finished_utc", "peak_memory"):
+        s.pop(key)
+    return s
+
+
 def pack_metrics(run_dir: Path, dest: Path | None = None) -> None:
     """metrics.jsonl.gz (METRICS_ARCHIVE) from the run folder's metrics.jsonl, written atomically into `dest` (default:
     the run folder); no timestamp in the gzip header, so one record always packs to the same bytes."""

@@ -3,10 +3,9 @@ batch's mean and unbiased variance of the BatchNorm's input (computed here apart
 and the tool's table on a finished run."""
 from __future__ import annotations
 
-import importlib.util
 import json
-from pathlib import Path
 
+import tool_script
 import torch
 from tiny_net import TinyNet
 
@@ -16,10 +15,7 @@ from benchmark.protocols import DATASET_SPECS
 from ray_jobs.config import RunConfig
 from ray_jobs.run import run
 
-TOOL = Path(__file__).resolve().parent.parent / "tools" / "bn_statistics.py"
-spec = importlib.util.spec_from_file_location("bn_statistics", TOOL)
-bn_statistics = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(bn_statistics)
+bn_statistics = tool_script.load("bn_statistics")
 
 
 def test_reestimated_statistics_are_the_batches_average_mean_and_unbiased_variance():

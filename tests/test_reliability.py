@@ -19,7 +19,7 @@ import torch
 
 from benchmark import checkpoint
 from benchmark.checkpoint import CheckpointError
-from benchmark.results import read_jsonl
+from benchmark.results import computed_metrics as metrics, computed_summary as summary, read_jsonl
 from ray_jobs.config import RunConfig
 from ray_jobs.run import RunError, main, run
 
@@ -33,18 +33,6 @@ FLAGS = ["--method", "feddyn", "--dataset", "office_caltech", "--domains", "webc
 
 def config(root, out, **kw) -> RunConfig:
     return RunConfig(**{**SETTING, **kw}, data_root=str(root), out=str(out))
-
-
-def metrics(out: Path) -> list:
-    """metrics.jsonl without its timings."""
-    return [(r["round"], r["accuracy"], r["client_loss"], r["train_loss"]) for r in read_jsonl(out / "metrics.jsonl")]
-
-
-def summary(out: Path) -> dict:
-    s = json.loads((out / "summary.json").read_text())
-    for key in ("wall_time_s", "finished_utc", "peak_memory"):  # how long, when, in which processes and how much
-        s.pop(key)  # memory: not what the run computed
-    return s
 
 
 def wait_for(predicate, timeout=300, what="the run"):

@@ -3,18 +3,13 @@ class's share in the test part within one image of 20%), every image once, the o
 root passes the checksum check and Digit-5 loads SVHN from it; a folder with files in it is refused."""
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
-
 import numpy as np
 import pytest
+import tool_script
 
 from benchmark.data import check_domains_present, load_domain
 
-TOOL = Path(__file__).resolve().parent.parent / "tools" / "svhn_data_root.py"
-spec = importlib.util.spec_from_file_location("svhn_data_root", TOOL)
-svhn_data_root = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(svhn_data_root)
+svhn_data_root = tool_script.load("svhn_data_root")
 
 
 def test_the_svhn_root_splits_the_shared_images_by_class_and_loads(data_root, tmp_path):
