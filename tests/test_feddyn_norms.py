@@ -4,20 +4,16 @@ run's, and the sent model is the evaluated one plus the drift (norms by the tria
 drift is the mean client move, so the sent model is not the evaluated one)."""
 from __future__ import annotations
 
-import importlib.util
 import json
 import math
-from pathlib import Path
 
 import pytest
+import tool_script
 
 from benchmark.figures import load_model
 from ray_jobs.run import build_parser, config_from_args, run
 
-TOOL = Path(__file__).resolve().parent.parent / "tools" / "feddyn_norms.py"
-spec = importlib.util.spec_from_file_location("feddyn_norms", TOOL)
-feddyn_norms = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(feddyn_norms)
+feddyn_norms = tool_script.load("feddyn_norms")
 
 FLAGS = ["--preset", "fpl-office", "--method", "feddyn", "--rounds", "2", "--local-epochs", "1",
          "--client-fraction", "0.1", "--eval-max", "16", "--executor", "local", "--eval-every", "1"]
