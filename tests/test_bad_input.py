@@ -361,8 +361,8 @@ def test_a_run_without_ray_given_rays_placement_is_told_so():
     assert ray_only_note(RunConfig(executor="local", spread=True, gpus_per_actor=0.5)) == (
         "note: --spread, --gpus-per-actor place Ray's actors; the local executor runs every client group in this "
         "process and ignores them (--device picks its device).")
-    assert ray_only_note(RunConfig(executor="local", cpus_per_actor=2)).startswith("note: --cpus-per-actor places")
-    assert ray_only_note(RunConfig(executor="local", num_actors=3, driver_cpus=2)) is None  # (both read locally)
+    # the groups' and the driver's CPU threads: read in process too (`LocalExecutor`, `Driver`), no note
+    assert ray_only_note(RunConfig(executor="local", num_actors=3, cpus_per_actor=2, driver_cpus=2)) is None
     assert ray_only_note(RunConfig(executor="ray", spread=True)) is None
 
 
@@ -424,3 +424,4 @@ def test_what_ray_prints_by_itself_is_not_read_as_our_output(capsys):
     print(ours_err[0], file=sys.stderr)
     out, err = capsys.readouterr()
     assert (out, err) == ("".join(f"{line}\n" for line in ours_out), f"{ours_err[0]}\n")
+
