@@ -25,7 +25,7 @@ from benchmark.checkpoint import CheckpointError
 from benchmark.data import DataError, check_domains_present, resolve_data_root
 from benchmark.figures import plot_curves
 from benchmark.partition import plan_clients
-from benchmark.protocols import DATASET_SPECS, PRESETS, ConfigError, client_share, splits_of
+from benchmark.protocols import AUTO_PRECISION, DATASET_SPECS, PRESETS, ConfigError, client_share, splits_of
 from benchmark.provenance import run_provenance
 from benchmark.results import Recorder, WriteError, protocol
 from lightning_modules.privacy import model_options
@@ -146,8 +146,11 @@ def build_parser() -> argparse.ArgumentParser:
                    help="CUDA: cuDNN times each convolution shape's algorithms once and keeps the fastest "
                         "(torch.backends.cudnn.benchmark; on by default, --no-cudnn-benchmark for cuDNN's heuristics); "
                         "not part of a run's protocol")
-    p.add_argument("--precision", default=d["precision"].default,
-                   help="32-true (float32, as the references) or bf16-mixed (bfloat16 autocast, Lightning's plugin)")
+    p.add_argument("--precision", default=AUTO_PRECISION,
+                   help="32-true (float32, as the references), bf16-mixed (bfloat16 autocast, Lightning's plugin) or "
+                        "auto (default): bf16-mixed on a CPU whose processor has native bfloat16 (AVX512-BF16 or "
+                        "AMX-BF16 in its flags), else 32-true, and 32-true on CUDA; the run records its pick "
+                        "(config.json, its protocol). A paper table's sweep keeps 32-true unless asked")
     p.add_argument("--data-root", default=None, help="default: $BENCH_DATA_ROOT, ./data, ../shared/data")
     p.add_argument("--out", default=None,
                    help=f"run folder (default {DEFAULT_OUT}/<run-name>; one holding a finished run is never replaced)")
