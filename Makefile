@@ -22,7 +22,7 @@ PARALLEL ?=
 GPUS_PER_ACTOR ?= 0
 DRIVER_GPUS ?= 0
 DRY_RUN ?=
-# make test: pytest-xdist processes, each running whole test modules (an in-process run trains on 1 CPU thread)
+# make test: pytest-xdist processes, each running whole test modules (most of a test runs on 1 CPU thread)
 TEST_WORKERS ?= 2
 export RAY_USAGE_STATS_ENABLED ?= 0
 
