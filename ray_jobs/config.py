@@ -183,12 +183,6 @@ class RunConfig:
         if self.client_memory not in CLIENT_MEMORY:
             raise ConfigError(f"unknown client memory {self.client_memory!r}; choose one of: "
                               f"{', '.join(CLIENT_MEMORY)}.")
-        if self.precision == AUTO_PRECISION:  # picked where the run starts (a Ray cluster's nodes: as this one)
-            cuda = resolve_device(self.device, self.gpus_per_actor if self.executor == "ray" else None).type == "cuda"
-            set_("precision", auto_precision(cpu_flags(), cuda))
-        if self.precision not in PRECISIONS:
-            raise ConfigError(f"unknown precision {self.precision!r}; choose one of: {', '.join(PRECISIONS)} or "
-                              f"{AUTO_PRECISION}.")
         if self.preset is not None and self.preset not in PRESETS:
             raise ConfigError(f"unknown preset {self.preset!r}; choose one of: {', '.join(PRESETS)}.")
         if self.batch_size < 1:
@@ -222,6 +216,12 @@ class RunConfig:
                                   "below 1.")
         if self.device not in DEVICES and not self.device.startswith("cuda:"):
             raise ConfigError(f"unknown device {self.device!r}; choose one of: {', '.join(DEVICES)} (or cuda:N).")
+        if self.precision == AUTO_PRECISION:  # picked where the run starts (a Ray cluster's nodes: as this one)
+            cuda = resolve_device(self.device, self.gpus_per_actor if self.executor == "ray" else None).type == "cuda"
+            set_("precision", auto_precision(cpu_flags(), cuda))
+        if self.precision not in PRECISIONS:
+            raise ConfigError(f"unknown precision {self.precision!r}; choose one of: {', '.join(PRECISIONS)} or "
+                              f"{AUTO_PRECISION}.")
         spec = METHODS[self.method]
         unknown_hp = sorted(set(self.hparams) - set(spec.defaults))
         if unknown_hp:

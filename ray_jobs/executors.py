@@ -83,10 +83,10 @@ class LocalExecutor(Executor):
     """Client groups as plain objects in this process. Their calls run in threads, each with the group's CPU threads
     (--cpus-per-actor, as a Ray actor's): the groups at the same time, one thread each, where every group gives the
     numbers it gives alone that way (`ClientGroup.trains_beside_others`: on the CPU with the sequential engine,
-    without dropout); otherwise one after another in one thread. A group's kernels are then those of a Ray actor
-    with the same share, so a run's numbers are the same either way, and as they were when the groups ran one
-    after another in the driver's thread (tests/test_reliability.py). The driver's own work (aggregation,
-    evaluation) stays in the calling thread, on its --driver-cpus threads."""
+    without dropout); otherwise one after another in one thread (on a GPU in the calling thread, as before). A
+    group's kernels are then those of a Ray actor with the same share, so a run's numbers are the same either way,
+    and as they were when the groups ran one after another in the driver's thread (tests/test_reliability.py). The
+    driver's own work (aggregation, evaluation) stays in the calling thread, on its --driver-cpus threads."""
 
     concurrent = True  # False: one group after another whatever they are (the bench's comparison with before)
 
@@ -95,15 +95,19 @@ class LocalExecutor(Executor):
         self.groups = [ClientGroup(cfg, g, data_root) for g in groups]
         together = self.concurrent and all(g.trains_beside_others for g in self.groups)
         self.parallel = together and len(self.groups) > 1  # a round's local training: the slowest group's, else the sum
-        self.threads = ThreadPoolExecutor(len(self.groups) if together else 1, "client-group",
-                                          initializer=torch.set_num_threads,
-                                          initargs=(cpu_threads(cfg.cpus_per_actor),))
+        # on a GPU the groups stay in the calling thread, as before (untried there in threads)
+        gpu = any(g.device.type == "cuda" for g in self.groups)
+        self.threads = None if gpu else ThreadPoolExecutor(len(self.groups) if together else 1, "client-group",
+                                                           initializer=torch.set_num_threads,
+                                                           initargs=(cpu_threads(cfg.cpus_per_actor),))
 
     def put(self, obj):
         return obj
 
     def map(self, name: str, *args) -> list:
         """Every group's call, in group order; the first group's error, once every call has ended."""
+        if self.threads is None:
+            return [getattr(g, name)(*args) for g in self.groups]
         calls = [self.threads.submit(getattr(g, name), *args) for g in self.groups]
         wait(calls)
         return [c.result() for c in calls]
