@@ -22,7 +22,7 @@ PARALLEL ?=
 GPUS_PER_ACTOR ?= 0
 DRIVER_GPUS ?= 0
 DRY_RUN ?=
-# make test: pytest-xdist processes, each running whole test modules (an in-process run trains on 1 CPU thread)
+# make test: pytest-xdist processes, each running whole test modules (most of a test runs on 1 CPU thread)
 TEST_WORKERS ?= 2
 export RAY_USAGE_STATS_ENABLED ?= 0
 
@@ -57,7 +57,8 @@ data: $(STAMP)
 ## EXECUTOR=local: no Ray needed; PARALLEL=N: N runs at once (local: worker processes, default 1 without a GPU,
 ## 4 on one; Ray: at most what the cluster fits); ENGINE=sequential|fused|auto;
 ## GPUS_PER_ACTOR=0.1 DRIVER_GPUS=0.1: Ray runs on the GPUs, fractions sharing one (several runs per GPU);
-## PRECISION=32-true|bf16-mixed; CHECKPOINT_EVERY=10: each run's checkpoint every 10 rounds (docs/reliability.md);
+## PRECISION=32-true|bf16-mixed|auto (default 32-true, the tables' protocol; auto: bf16-mixed on a CPU with native
+## bfloat16, else 32-true); CHECKPOINT_EVERY=10: each run's checkpoint every 10 rounds (docs/reliability.md);
 ## ACTOR_RESTARTS=0: a dying client actor stops its run (resumed by the next sweep), and actors send their clients'
 ## states (MOON, FedDyn) only for checkpoints, not every round;
 ## EVAL_EVERY=K: test every K-th round and the rounds the metric reads (default: the table's schedule, every 5th at full);

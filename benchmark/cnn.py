@@ -14,6 +14,7 @@ from torch import nn
 
 class CNNMnist(nn.Module):
     feature_dim = 50
+    global_stream = True  # its dropout draws from torch's global random stream while training (one per process)
 
     def __init__(self, num_classes: int = 10, conv2_channels: int = 20, in_channels: int = 1):
         super().__init__()

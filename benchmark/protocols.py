@@ -22,6 +22,8 @@ AGGREGATIONS = ("samples", "uniform")
 # id) (FedPLVM's main.py builds one model per client; they meet at the first average)
 CLIENT_INITS = ("shared", "own")
 PRECISIONS = ("32-true", "bf16-mixed")  # Lightning's precision names (lightning_modules.base.precision_context)
+# --precision auto: one of PRECISIONS picked for the machine (`ray_jobs.config.auto_precision`); a run records the pick
+AUTO_PRECISION = "auto"
 
 # FedProto's n-way k-shot splits of MNIST (PROTOCOL.md section 4, benchmark.fewshot): name -> (mean n, stdev of n,
 # mean k). Table 1: n = 3, 4, 5 with stdev 2, k = 100; Table 2's second rows: stdev 3 (-s3); Figure 3: n = 3 (stdev 2)

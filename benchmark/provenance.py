@@ -56,6 +56,28 @@ def cpu_model() -> str:
     return platform.processor() or platform.machine()
 
 
+# the x86 processor flags (as Linux's /proc/cpuinfo names them) of native bfloat16 arithmetic: AVX512-BF16's dot
+# products and conversions, AMX's bfloat16 tiles; without either, a CPU's bfloat16 kernels convert to float32 and back
+NATIVE_BF16_FLAGS = ("avx512_bf16", "amx_bf16")
+
+
+def cpu_flags() -> set[str]:
+    """The processor's feature flags, from /proc/cpuinfo's first `flags` line; none where there is no such file."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("flags"):
+                    return set(line.split(":", 1)[1].split())
+    except OSError:
+        pass
+    return set()
+
+
+def native_bf16(flags: set[str]) -> bool:
+    """Whether a processor with these flags (`cpu_flags`) computes in bfloat16 natively (`NATIVE_BF16_FLAGS`)."""
+    return any(f in flags for f in NATIVE_BF16_FLAGS)
+
+
 def describe_process(device) -> dict:
     """This process's machine: host, pid, CPU model and count, torch's CPU threads, the machine's 1-minute load
     average when the run started (what else ran beside it), the torch device and its GPU model. The threads and

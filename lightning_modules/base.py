@@ -36,6 +36,7 @@ every client of the round.
 """
 from __future__ import annotations
 
+import threading
 from functools import lru_cache
 
 import lightning as L
@@ -249,12 +250,17 @@ class ClientModule(L.LightningModule):
         return {int(k): sums[k] / counts[k] for k in torch.nonzero(counts).flatten()}
 
 
+# torch's global random stream is one per process: who seeds it and draws from it at once (`own_initialisation`, a
+# client group's seeding of it for dropout) holds this, so that the local executor's groups in threads draw alike
+GLOBAL_STREAM = threading.RLock()
+
+
 def own_initialisation(net_class: type, num_classes: int, seed: int, client_id: int, **model_kwargs) -> dict:
     """A fresh random initialisation of `net_class(num_classes, **model_kwargs)`, seeded from (seed, client id),
     the same on any executor: MOON's own previous model of round 0, the own model of a client that keeps
     its own (`LocalModelsRule`). CPU state_dict."""
     state = np.random.SeedSequence([seed, client_id], spawn_key=(1,)).generate_state(1)[0]
-    with torch.random.fork_rng(devices=[]):
+    with GLOBAL_STREAM, torch.random.fork_rng(devices=[]):
         torch.manual_seed(int(state))
         return net_class(num_classes, **model_kwargs).state_dict()
 

@@ -47,8 +47,8 @@ from benchmark.data import domain_test_set, load_domain, to_tensor_images
 from benchmark.models import build_model
 from benchmark.provenance import describe_process, peak_memory, reset_peak_memory
 from benchmark.spill import DiskStore
-from lightning_modules.base import (ClientModule, NonFiniteLoss, eval_batch, fit_local, own_initialisation,
-                                    precision_context)
+from lightning_modules.base import (GLOBAL_STREAM, ClientModule, NonFiniteLoss, eval_batch, fit_local,
+                                    own_initialisation, precision_context)
 from lightning_modules.fused import FusedNonFiniteLoss, fit_fused
 from lightning_modules.privacy import model_options, private
 from lightning_modules.prototypes import nearest_prototype
@@ -73,6 +73,12 @@ def resolve_device(name: str, gpu_share: float | None = None) -> torch.device:
     if name == "auto":
         return torch.device("cuda" if torch.cuda.is_available() and (gpu_share is None or gpu_share > 0) else "cpu")
     return torch.device(name)
+
+
+def cpu_threads(cpus: float) -> int:
+    """torch's CPU threads for a process's (or, under the local executor, a thread's) share of `cpus` CPUs
+    (`--cpus-per-actor`, `--driver-cpus`): its whole CPUs, at least 1."""
+    return max(1, int(cpus))
 
 
 def use_cudnn_benchmark(device: torch.device, on: bool) -> None:
@@ -141,7 +147,7 @@ class ClientGroup:
         if cfg.executor == "ray":  # its own process; in-process groups count from the driver's reset, the run's start
             reset_peak_memory(self.device)
         if self.device.type == "cpu":  # the actor's CPU share, in or out of Ray: same kernels, same numbers
-            torch.set_num_threads(max(1, int(cfg.cpus_per_actor)))
+            torch.set_num_threads(cpu_threads(cfg.cpus_per_actor))
         self.clients = clients
         # host: the clients' images, own test samples, persistent states and own models live in host memory
         # (pinned on CUDA) and only the clients training or tested now are on the device (`on_device`, bookkept:
@@ -249,6 +255,17 @@ class ClientGroup:
         """The engine the group trains with (`auto` resolved for its device)."""
         return resolve_engine(self.cfg.engine, self.device, self.cfg.hparams)
 
+    @property
+    def trains_beside_others(self) -> bool:
+        """Whether the group gives the numbers it gives alone when it trains in a thread beside the other groups of
+        its process (the local executor's): on the CPU, where each thread's kernels run on its own CPU threads, with
+        the sequential engine (the fused engine's vmap and torch.compile are not tried in threads), and without a
+        model that draws from torch's global random stream while training (FedProto's CNN's dropout), which the
+        threads would share."""
+        nets = [m.net for m in (self.module, *self.arch_modules.values())]
+        return (self.device.type == "cpu" and self.engine == "sequential"
+                and not any(getattr(net, "global_stream", False) for net in nets))
+
     def describe(self) -> dict:
         """Provenance: this process's machine, the engine it trains with and its clients."""
         return {**describe_process(self.device), "engine": self.engine,
@@ -345,8 +362,9 @@ class ClientGroup:
             gens = [client_generator(cfg.seed, round_idx, c["id"]) for c in members]
             # torch's global stream (dropout, in FedProto's CNN) from (seed, round, first client): the same draws
             # on any executor and after a resume
-            torch.manual_seed(int(torch.randint(2**62, (),
-                                                generator=client_generator(cfg.seed, round_idx, members[0]["id"]))))
+            with GLOBAL_STREAM:
+                torch.manual_seed(int(torch.randint(2**62, (),
+                                                    generator=client_generator(cfg.seed, round_idx, members[0]["id"]))))
             data = self.fetch([c["id"] for c in members], self.data)
             try:
                 if len(members) == 1:

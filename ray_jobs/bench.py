@@ -4,7 +4,8 @@
     PyTorch loop on the same batches, per step and per client-round, with a
     model small enough that the overhead is visible; Lightning's own Trainer
     (checkpoint, logger, progress bar, model summary all off) for comparison.
-(2) ResNet-10 training images per second through both loops, and their ratio (target >= 0.98).
+(2) ResNet-10 training images per second through both loops, and their ratio (target >= 0.98); both loops in
+    bf16-mixed (autocast) over 32-true, and whether the processor has native bfloat16 (`native_bf16`).
 (3) One small FPL round through Ray, split into its phases (share of the round in %).
 (4) The client engines: images per second of a group of equal-size clients trained
     one after another (`--engine sequential`) and as one batched computation
@@ -36,6 +37,8 @@
     its clients in host memory (`--client-memory host`): building the group, one round's training (the
     second), the process's peak host memory over both above its memory before, and on a GPU the device's
     peak; and what a model per client (MOON's previous model) would add in host memory at each size.
+(10) On the CPU: one FedAvg round in process with the default 2 client groups of 1 CPU thread each, the groups one
+    after another (as before 2026-11-29) and at the same time (`LocalExecutor`), interleaved.
 `--profile small` runs every section, (5) included, on any device with small
 settings (rounds, clients, samples): the test of this script's code paths.
 Prints a report and saves it to results/perf/bench-<device>.txt (on a GPU, <device>
@@ -57,11 +60,12 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from benchmark.protocols import PRESETS
+from benchmark.protocols import PRECISIONS, PRESETS
+from benchmark.provenance import NATIVE_BF16_FLAGS, cpu_flags, native_bf16
 from benchmark.results import LAST_K
 from benchmark.transforms import augment
 from lightning_modules import fused as fused_engine
-from lightning_modules.base import batches, eval_batch, fit_local
+from lightning_modules.base import batches, eval_batch, fit_local, precision_context
 from lightning_modules.clients import resolve_device
 from lightning_modules.fedavg import FedAvgClient
 from ray_jobs.cli import OneLineParser
@@ -182,26 +186,54 @@ def loop_overhead(device, n=640, epochs=5, repeats=15):
     return steps, t_plain, t_ours, t_trainer
 
 
-def resnet_loops(device, n, batch=64, ours=True) -> list:
-    """ResNet-10 (channels_last, as the runs') training on n random images in batches of `batch`: functions of the
-    epochs running the plain loop and (`ours`) fit_local on a client module, each on its own model."""
+def resnet_loops(device, n, batch=64, ours=True, precision="32-true") -> list:
+    """ResNet-10 (channels_last, as the runs') training on n random images in batches of `batch` in `precision`:
+    functions of the epochs running the plain loop (under the runs' autocast context) and (`ours`) fit_local on a
+    client module, each on its own model."""
     from benchmark.models import build_model
 
     resnet10 = lambda: build_model("resnet10", 10)  # noqa: E731
     x = torch.randint(0, 256, (n, 3, 32, 32), dtype=torch.uint8, device=device)
     y = torch.randint(0, 10, (n,), device=device)
     net = resnet10().to(device)
-    loops = [lambda epochs: plain_loop(net, x, y, epochs, batch, torch.Generator().manual_seed(0))]
+
+    def plain(epochs):
+        with precision_context(precision, device):
+            plain_loop(net, x, y, epochs, batch, torch.Generator().manual_seed(0))
+
+    loops = [plain]
     if ours:
         module = client_module(resnet10, device)
+        module.precision_mode = precision
         loops.append(lambda epochs: fit_local(module, x, y, epochs, batch, torch.Generator().manual_seed(0)))
     return loops
 
 
-def resnet_throughput(device, n, epochs, repeats, batch=64, ours=True):
-    """Images/s of ResNet-10 training on n images in batches of `batch`: the plain loop's and (`ours`) fit_local's."""
-    loops = resnet_loops(device, n, batch, ours)
+def resnet_throughput(device, n, epochs, repeats, batch=64, ours=True, precisions=("32-true",)):
+    """Images/s of ResNet-10 training on n images in batches of `batch`: the plain loop's and (`ours`) fit_local's,
+    in each of `precisions` in turn (all interleaved)."""
+    loops = [f for p in precisions for f in resnet_loops(device, n, batch, ours, p)]
     return tuple(n * epochs / t for t in timed([lambda f=f: f(epochs) for f in loops], device, repeats))
+
+
+def local_rounds(repeats: int, **settings) -> dict[str, dict]:
+    """(10): the phases of the second round of a 2-round FedAvg run on Office-Caltech in process (`settings` over
+    FPL's protocol; the default 2 client groups and CPU threads), its groups one after another
+    (`LocalExecutor.concurrent` off, as before 2026-11-29) and at the same time, interleaved: each way's fastest
+    round of `repeats`."""
+    from ray_jobs.executors import LocalExecutor
+
+    best = {}
+    for _ in range(repeats):
+        for way, together in (("one after another", False), ("at the same time", True)):
+            LocalExecutor.concurrent = together
+            try:
+                _, phases, _ = round_phases("local", "auto", "fedavg", **settings)
+            finally:
+                LocalExecutor.concurrent = True
+            if way not in best or phases["round"] < best[way]["round"]:
+                best[way] = phases
+    return best
 
 
 def resnet_kernels(device, n, batch=64) -> tuple[float, float]:
@@ -449,9 +481,10 @@ SMALL_RUN = dict(rounds=2, local_epochs=1, eval_max=None)  # (3) and (5): the se
 # scaled down with the batch, so that the clients take as many steps), batch, epochs, repeats), (5) the small runs
 # (phases: on top of SMALL_RUN) and the full runs (full: on top of the preset), (6) per-client models and repeats,
 # (7) training images, evaluation images and repeats, (8) the settings over the fedplvm-digit5 preset (none: the
-# paper's protocol), (9) the settings over the scale presets
+# paper's protocol), (9) the settings over the scale presets, (10) the settings over SMALL_RUN and the repeats
 PROFILES = {
     "cpu": dict(resnet=(192, 1, 3), engines=(3, 128, 1, 2), methods=("fedavg",), precisions=("32-true", "bf16-mixed"),
+                local=(dict(client_fraction=0.3, eval_max=None), 2),
                 stacks=(2, (150, 18, 25), 16, 1, 2), phases=dict(client_fraction=0.3), checkpoint=(20, 3),
                 memory=(192, 1000, 3), fedplvm=dict(), scale=dict(local_epochs=1)),
     "cuda": dict(resnet=(640, 2, 5), engines=(10, 600, 1, 3), methods=("fedavg", "fpl"),
@@ -459,6 +492,7 @@ PROFILES = {
                  phases=dict(client_fraction=0.3), full=dict(eval_max=None), checkpoint=(20, 3), memory=(640, 1000, 5),
                  fedplvm=dict(), scale=dict()),
     "small": dict(resnet=(64, 1, 1), engines=(2, 64, 1, 1), methods=("fedavg", "fpl"),
+                  local=(dict(client_fraction=0.05, eval_max=50), 1),
                   precisions=("32-true", "bf16-mixed"), stacks=(2, (20, 3, 5), 4, 1, 1),
                   phases=dict(client_fraction=0.05, eval_max=50),
                   full=dict(rounds=1, local_epochs=1, client_fraction=0.05, eval_max=50), checkpoint=(2, 1),
@@ -539,11 +573,22 @@ def main(argv=None):
     say(f"    overhead of Trainer.fit: {1e3 * (t_trainer - t_plain):+.2f} ms per client-round")
     say()
     n, epochs, repeats = prof["resnet"]
-    ips_plain, ips_ours = resnet_throughput(device, n, epochs, repeats)
-    say(f"(2) ResNet-10 training throughput ({n * epochs} images per measurement, batch 64)")
+    ips_plain, ips_ours, bf16_plain, bf16_ours = resnet_throughput(device, n, epochs, repeats, precisions=PRECISIONS)
+    say(f"(2) ResNet-10 training throughput ({n * epochs} images per measurement, batch 64, best of {repeats}, both "
+        "precisions interleaved)")
     say(f"    plain PyTorch loop        {ips_plain:9.1f} images/s")
     say(f"    LightningModule fit_local {ips_ours:9.1f} images/s")
     say(f"    ratio fit_local / plain   {ips_ours / ips_plain:9.3f}   (target >= 0.98)")
+    say(f"    bf16-mixed: plain {bf16_plain:.1f}, fit_local {bf16_ours:.1f} images/s; bf16-mixed / 32-true: plain "
+        f"{bf16_plain / ips_plain:6.3f}, fit_local {bf16_ours / ips_ours:6.3f}")
+    if device.type == "cpu":
+        flags = cpu_flags()
+        mkldnn = torch.ops.mkldnn._is_mkldnn_bf16_supported()
+        say(f"    native bfloat16 on this processor: {'yes' if native_bf16(flags) else 'no'} ("
+            + (", ".join(f for f in NATIVE_BF16_FLAGS if f in flags) or f"neither {' nor '.join(NATIVE_BF16_FLAGS)}")
+            + f" in /proc/cpuinfo's flags; torch's CPU capability {torch.backends.cpu.get_cpu_capability()}, "
+            f"torch.ops.mkldnn._is_mkldnn_bf16_supported() {mkldnn}); --precision auto picks "
+            f"{'bf16-mixed' if native_bf16(flags) else '32-true'}")
     k_plain, k_ours = resnet_kernels(device, 128)
     say(f"    kernels per step (operators dispatched, views not counted): plain {k_plain:.1f}, fit_local {k_ours:.1f}")
     if not args.skip_ray:
@@ -695,6 +740,19 @@ def main(argv=None):
             f"({r['trained_images'] / r['train_s']:6.1f} images/s), at most {r['peak_on_device']} client "
             f"on the device, host {r['host_mb']:6.1f} MB{device_mb}; a model per client (MOON) would add "
             f"{r['clients'] * r['model_mb']:7.1f} MB in host memory")
+    if device.type == "cpu":
+        settings, repeats = prof["local"]
+        best = local_rounds(repeats, **{**SMALL_RUN, **settings})
+        say()
+        tests = "full test sets" if settings["eval_max"] is None else f"test sets capped at {settings['eval_max']}"
+        say(f"(10) one FedAvg round in process: Office-Caltech, the default 2 client groups and 1 CPU thread each, 10 "
+            f"clients at {settings['client_fraction']:g} of their data, 1 local epoch, {tests} (second round, best "
+            f"of {repeats}, interleaved)")
+        for way, phases in best.items():
+            say(f"    groups {way:18s} {shares(phases)}")
+        one, both = best["one after another"], best["at the same time"]
+        say(f"    one after another / at the same time: local training "
+            f"{one['local_training'] / both['local_training']:6.3f}, round {one['round'] / both['round']:6.3f}")
     print(f"\nsaved: {path}")
     return path
 

@@ -18,17 +18,25 @@ from pathlib import Path
 
 from benchmark.data import DATASETS, TWO_ARCHIVE_SPLIT
 from benchmark.partition import LabelSkew, load_counts
-from benchmark.protocols import (AGGREGATIONS, CLIENT_INITS, DATASET_SPECS, DEFAULT_SPLIT, PRECISIONS, PRESET_HPARAMS,
-                                 PRESETS, RANDOM_SPLIT, SPLITS, ConfigError, DatasetSpec, reference_random_split,
-                                 splits_of)
+from benchmark.protocols import (AGGREGATIONS, AUTO_PRECISION, CLIENT_INITS, DATASET_SPECS, DEFAULT_SPLIT, PRECISIONS,
+                                 PRESET_HPARAMS, PRESETS, RANDOM_SPLIT, SPLITS, ConfigError, DatasetSpec,
+                                 reference_random_split, splits_of)
+from benchmark.provenance import cpu_flags, native_bf16
 from benchmark.results import LAST_K
 from benchmark.sampling import participants
 from benchmark.transforms import Transform
-from lightning_modules.clients import CLIENT_MEMORY, ENGINES
+from lightning_modules.clients import CLIENT_MEMORY, ENGINES, resolve_device
 from lightning_modules.privacy import FUSED_REFUSAL, private
 from lightning_modules.registry import METHODS
 
 DEVICES = ("auto", "cpu", "cuda")  # --device (auto: cuda when the process sees a GPU)
+
+
+def auto_precision(flags: set[str], cuda: bool) -> str:
+    """`--precision auto`: bf16-mixed on a CPU whose processor has native bfloat16 (`native_bf16` of its `flags`),
+    where autocast's convolutions run in it; 32-true elsewhere, and on CUDA (bf16-mixed unmeasured there against the
+    seed spread: docs/running.md)."""
+    return "bf16-mixed" if not cuda and native_bf16(flags) else "32-true"
 
 
 @dataclass(frozen=True)
@@ -83,7 +91,9 @@ class RunConfig:
     checkpoint_every: int = 1  # rounds between the run folder's checkpoints (docs/reliability.md)
     engine: str = "auto"  # client training: sequential | fused | auto (sequential on CPU and under DP-SGD, fused on
                           # CUDA)
-    precision: str = "32-true"  # 32-true | bf16-mixed (autocast for training and evaluation)
+    # 32-true | bf16-mixed (autocast for training and evaluation) | auto (`auto_precision` for this machine: the run
+    # records its pick, never auto)
+    precision: str = "32-true"
     compile: bool = False  # the fused engine's step through torch.compile (not part of the protocol: same training)
     # CUDA: cuDNN times the algorithms of each convolution shape once and keeps the fastest
     # (torch.backends.cudnn.benchmark); not part of the protocol: the same arithmetic, up to the algorithms' rounding.
@@ -180,8 +190,6 @@ class RunConfig:
         if self.client_memory not in CLIENT_MEMORY:
             raise ConfigError(f"unknown client memory {self.client_memory!r}; choose one of: "
                               f"{', '.join(CLIENT_MEMORY)}.")
-        if self.precision not in PRECISIONS:
-            raise ConfigError(f"unknown precision {self.precision!r}; choose one of: {', '.join(PRECISIONS)}.")
         if self.preset is not None and self.preset not in PRESETS:
             raise ConfigError(f"unknown preset {self.preset!r}; choose one of: {', '.join(PRESETS)}.")
         if self.batch_size < 1:
@@ -215,6 +223,12 @@ class RunConfig:
                                   "below 1.")
         if self.device not in DEVICES and not self.device.startswith("cuda:"):
             raise ConfigError(f"unknown device {self.device!r}; choose one of: {', '.join(DEVICES)} (or cuda:N).")
+        if self.precision == AUTO_PRECISION:  # picked where the run starts (a Ray cluster's nodes: as this one)
+            cuda = resolve_device(self.device, self.gpus_per_actor if self.executor == "ray" else None).type == "cuda"
+            set_("precision", auto_precision(cpu_flags(), cuda))
+        if self.precision not in PRECISIONS:
+            raise ConfigError(f"unknown precision {self.precision!r}; choose one of: {', '.join(PRECISIONS)} or "
+                              f"{AUTO_PRECISION}.")
         spec = METHODS[self.method]
         unknown_hp = sorted(set(self.hparams) - set(spec.defaults))
         if unknown_hp:

@@ -27,7 +27,7 @@ from benchmark.data import domain_test_set, load_domain
 from benchmark.models import build_model
 from benchmark.provenance import describe_process, peak_memory, reset_peak_memory
 from lightning_modules.base import eval_batch, own_initialisation, precision_context
-from lightning_modules.clients import aggregation_weight, resolve_device, use_cudnn_benchmark
+from lightning_modules.clients import aggregation_weight, cpu_threads, resolve_device, use_cudnn_benchmark
 from lightning_modules.privacy import model_options
 from lightning_modules.prototypes import held_prototypes, per_class_count
 from lightning_modules.registry import METHODS
@@ -66,7 +66,6 @@ def domain_mean_accuracy(per_client: dict[int, dict], domain_of: dict[int, str],
 class Driver:
     def __init__(self, cfg: RunConfig, clients: list[dict], data_root: str):
         self.cfg = cfg
-        torch.set_num_threads(max(1, int(cfg.driver_cpus)))
         self.device = resolve_device(cfg.device, cfg.driver_gpus if cfg.executor == "ray" else None)
         use_cudnn_benchmark(self.device, cfg.cudnn_benchmark)
         reset_peak_memory(self.device)
@@ -101,6 +100,9 @@ class Driver:
         self.clients = clients = [{**c, "data_share": c["num_samples"] / mean_size} for c in clients]
         executor = RayExecutor if cfg.executor == "ray" else LocalExecutor
         self.executor = executor(cfg, assign_groups(clients, cfg.num_actors), data_root)
+        # the driver's CPU threads (aggregation, clustering, evaluation): its actor's share under Ray; in process set
+        # after the groups, which set theirs (`ClientGroup`) and train in threads of their own (`LocalExecutor`)
+        torch.set_num_threads(cpu_threads(cfg.driver_cpus))
 
     def start_state(self, r: int, drawn: list[int] | None = None) -> State:
         """The weights the clients started round r from, as the rule averages them (what FedOpt's pseudo-gradient

@@ -1,4 +1,5 @@
-"""Executors: where a run's client groups live. `LocalExecutor` holds them as plain objects in this process;
+"""Executors: where a run's client groups live. `LocalExecutor` holds them as plain objects in this process, each
+group's calls in a thread of its own (the groups train at the same time, each on its --cpus-per-actor threads);
 `RayExecutor` holds each in a Ray actor (the group itself, `lightning_modules.clients.ClientGroup`, as the actor's
 class: a thin shell that adds its Ray node to its provenance) with its CPU / GPU share, placed by Ray's default
 scheduling or spread over the nodes (`--spread`), restarts a dead actor and rebuilds its clients from their states.
@@ -8,9 +9,12 @@ from __future__ import annotations
 
 import time
 from collections.abc import MutableMapping
+from concurrent.futures import ThreadPoolExecutor, wait
+
+import torch
 
 from benchmark.spill import DiskStore
-from lightning_modules.clients import ClientGroup, StaleClientStates, resolve_client_memory
+from lightning_modules.clients import ClientGroup, StaleClientStates, cpu_threads, resolve_client_memory
 from ray_jobs.config import RunConfig
 
 
@@ -76,19 +80,37 @@ class Executor:
 
 
 class LocalExecutor(Executor):
-    """Client groups as plain objects in this process, one after another."""
+    """Client groups as plain objects in this process. Their calls run in threads, each with the group's CPU threads
+    (--cpus-per-actor, as a Ray actor's): the groups at the same time, one thread each, where every group gives the
+    numbers it gives alone that way (`ClientGroup.trains_beside_others`: on the CPU with the sequential engine,
+    without dropout); otherwise one after another in one thread (on a GPU in the calling thread, as before). A
+    group's kernels are then those of a Ray actor with the same share, so a run's numbers are the same either way,
+    and as they were when the groups ran one after another in the driver's thread (tests/test_reliability.py). The
+    driver's own work (aggregation, evaluation) stays in the calling thread, on its --driver-cpus threads."""
 
-    parallel = False  # a round's local training is the sum of the groups' times
+    concurrent = True  # False: one group after another whatever they are (the bench's comparison with before)
 
     def __init__(self, cfg: RunConfig, groups: list[list[dict]], data_root: str):
         super().__init__(cfg)
         self.groups = [ClientGroup(cfg, g, data_root) for g in groups]
+        together = self.concurrent and all(g.trains_beside_others for g in self.groups)
+        self.parallel = together and len(self.groups) > 1  # a round's local training: the slowest group's, else the sum
+        # on a GPU the groups stay in the calling thread, as before (untried there in threads)
+        gpu = any(g.device.type == "cuda" for g in self.groups)
+        self.threads = None if gpu else ThreadPoolExecutor(len(self.groups) if together else 1, "client-group",
+                                                           initializer=torch.set_num_threads,
+                                                           initargs=(cpu_threads(cfg.cpus_per_actor),))
 
     def put(self, obj):
         return obj
 
     def map(self, name: str, *args) -> list:
-        return [getattr(g, name)(*args) for g in self.groups]
+        """Every group's call, in group order; the first group's error, once every call has ended."""
+        if self.threads is None:
+            return [getattr(g, name)(*args) for g in self.groups]
+        calls = [self.threads.submit(getattr(g, name), *args) for g in self.groups]
+        wait(calls)
+        return [c.result() for c in calls]
 
 
 class RayExecutor(Executor):

@@ -25,7 +25,7 @@ from benchmark.checkpoint import CheckpointError
 from benchmark.data import DataError, check_domains_present, resolve_data_root
 from benchmark.figures import plot_curves
 from benchmark.partition import plan_clients
-from benchmark.protocols import DATASET_SPECS, PRESETS, ConfigError, client_share, splits_of
+from benchmark.protocols import AUTO_PRECISION, DATASET_SPECS, PRESETS, ConfigError, client_share, splits_of
 from benchmark.provenance import run_provenance
 from benchmark.results import Recorder, WriteError, protocol
 from lightning_modules.privacy import model_options
@@ -116,16 +116,23 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--executor", default="ray", choices=["ray", "local"],
                    help="ray: client actors and a driver actor on a Ray cluster; local: all in this process")
     p.add_argument("--address", default=None, help=ADDRESS_HELP)
-    p.add_argument("--num-actors", type=int, default=d["num_actors"].default, help="client actors (groups of clients)")
+    p.add_argument("--num-actors", type=int, default=d["num_actors"].default,
+                   help="client groups: Ray's client actors; with --executor local the groups in this process")
     p.add_argument("--spread", action="store_true",
                    help="Ray: place the client actors over as many nodes as possible (SPREAD); default: Ray's "
                         "default scheduling, which fills a node before the next")
     p.add_argument("--cpus-per-actor", type=float, default=d["cpus_per_actor"].default,
-                   help="Ray: CPUs each client actor reserves")
+                   help="each client group's CPU threads (torch's; its whole CPUs, at least 1). Ray: the CPUs each "
+                        "client actor reserves, its process's threads. --executor local: each group's calls in a "
+                        "thread of this process with that many threads, the groups at the same time on the CPU with "
+                        "the sequential engine and no dropout (else one after another): the kernels, and so the "
+                        "numbers, of either executor; --num-actors x this is the CPU threads a round trains on")
     p.add_argument("--gpus-per-actor", type=float, default=d["gpus_per_actor"].default,
                    help="Ray: GPUs each client actor reserves (fractions share a GPU)")
     p.add_argument("--driver-cpus", type=float, default=d["driver_cpus"].default,
-                   help="Ray: CPUs the driver actor reserves")
+                   help="the driver's CPU threads (torch's: aggregation, clustering, the global model's evaluation). "
+                        "Ray: the CPUs the driver actor reserves, its process's threads. --executor local: the "
+                        "threads of this process's own thread, beside the groups' (--cpus-per-actor)")
     p.add_argument("--driver-gpus", type=float, default=d["driver_gpus"].default,
                    help="Ray: GPUs the driver actor reserves")
     p.add_argument("--device", default="auto", help="auto, cpu or cuda")
@@ -142,8 +149,11 @@ def build_parser() -> argparse.ArgumentParser:
                    help="CUDA: cuDNN times each convolution shape's algorithms once and keeps the fastest "
                         "(torch.backends.cudnn.benchmark; on by default, --no-cudnn-benchmark for cuDNN's heuristics); "
                         "not part of a run's protocol")
-    p.add_argument("--precision", default=d["precision"].default,
-                   help="32-true (float32, as the references) or bf16-mixed (bfloat16 autocast, Lightning's plugin)")
+    p.add_argument("--precision", default=AUTO_PRECISION,
+                   help="32-true (float32, as the references), bf16-mixed (bfloat16 autocast, Lightning's plugin) or "
+                        "auto (default): bf16-mixed on a CPU whose processor has native bfloat16 (AVX512-BF16 or "
+                        "AMX-BF16 in its flags), else 32-true, and 32-true on CUDA; the run records its pick "
+                        "(config.json, its protocol). A paper table's sweep keeps 32-true unless asked")
     p.add_argument("--data-root", default=None, help="default: $BENCH_DATA_ROOT, ./data, ../shared/data")
     p.add_argument("--out", default=None,
                    help=f"run folder (default {DEFAULT_OUT}/<run-name>; one holding a finished run is never replaced)")
@@ -264,9 +274,10 @@ def unused_gpus_note(cfg: RunConfig, have: dict) -> str | None:
 
 
 def ray_only_note(cfg: RunConfig) -> str | None:
-    """A note when a run without Ray is given what only Ray reads: where its actors go and what they reserve."""
+    """A note when a run without Ray is given what only Ray reads: where its actors go and the GPUs they reserve
+    (--cpus-per-actor and --driver-cpus are read in process too: the groups' and the driver's CPU threads)."""
     defaults = RunConfig.__dataclass_fields__
-    given = [f"--{name.replace('_', '-')}" for name in ("spread", "cpus_per_actor", "gpus_per_actor", "driver_gpus")
+    given = [f"--{name.replace('_', '-')}" for name in ("spread", "gpus_per_actor", "driver_gpus")
              if getattr(cfg, name) != defaults[name].default]
     if cfg.executor != "local" or not given:
         return None

@@ -77,6 +77,16 @@ def torch_threads():
     yield
 
 
+@pytest.fixture(scope="session", autouse=True)
+def no_native_bf16():
+    """The suite's runs are 32-true on any processor: `--precision auto` (ray_jobs.run's default) sees a processor
+    without native bfloat16 here, unless a test gives flags of its own (`ray_jobs.config.cpu_flags`); runs the suite
+    starts in other processes (sweep workers, subprocesses) read the machine's."""
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr("ray_jobs.config.cpu_flags", set)
+        yield
+
+
 @pytest.fixture(scope="session")
 def data_root() -> Path:
     """The real datasets (../shared/data)."""

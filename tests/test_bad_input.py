@@ -361,8 +361,8 @@ def test_a_run_without_ray_given_rays_placement_is_told_so():
     assert ray_only_note(RunConfig(executor="local", spread=True, gpus_per_actor=0.5)) == (
         "note: --spread, --gpus-per-actor place Ray's actors; the local executor runs every client group in this "
         "process and ignores them (--device picks its device).")
-    assert ray_only_note(RunConfig(executor="local", cpus_per_actor=2)).startswith("note: --cpus-per-actor places")
-    assert ray_only_note(RunConfig(executor="local", num_actors=3, driver_cpus=2)) is None  # (both read locally)
+    # the groups' and the driver's CPU threads: read in process too (`LocalExecutor`, `Driver`), no note
+    assert ray_only_note(RunConfig(executor="local", num_actors=3, cpus_per_actor=2, driver_cpus=2)) is None
     assert ray_only_note(RunConfig(executor="ray", spread=True)) is None
 
 
@@ -424,3 +424,41 @@ def test_what_ray_prints_by_itself_is_not_read_as_our_output(capsys):
     print(ours_err[0], file=sys.stderr)
     out, err = capsys.readouterr()
     assert (out, err) == ("".join(f"{line}\n" for line in ours_out), f"{ours_err[0]}\n")
+
+
+# /proc/cpuinfo's flags of this 2-core AMD EPYC (2026-11-29, their AVX ones): AVX2, no AVX-512, no AMX
+AVX2_FLAGS = {"fpu", "sse4_2", "avx", "avx2", "fma", "f16c", "bmi2"}
+
+
+@pytest.mark.parametrize("flags,cuda,picked", [
+    (AVX2_FLAGS, False, "32-true"),
+    (AVX2_FLAGS | {"avx512f", "avx512bw", "avx512vl", "avx512dq"}, False, "32-true"),  # AVX-512 without its BF16
+    (AVX2_FLAGS | {"avx512f", "avx512_bf16"}, False, "bf16-mixed"),  # Zen 4, Cooper Lake
+    (AVX2_FLAGS | {"amx_bf16", "amx_tile"}, False, "bf16-mixed"),  # Sapphire Rapids
+    (AVX2_FLAGS | {"avx512_bf16", "amx_bf16"}, True, "32-true"),  # on CUDA: 32-true, as before
+    (set(), False, "32-true"),  # no /proc/cpuinfo
+])
+def test_precision_auto_picks_bf16_mixed_only_on_a_cpu_with_native_bfloat16(flags, cuda, picked):
+    from ray_jobs.config import auto_precision
+
+    assert auto_precision(flags, cuda) == picked
+
+
+def test_precision_auto_is_the_runs_default_and_recorded_as_picked(capsys, tmp_path, data_root, monkeypatch):
+    """`ray_jobs.run` without --precision: auto, picked from the processor's flags (given here both ways); the run's
+    config.json and protocol record the pick, never auto. RunConfig's own default (the tables') stays 32-true."""
+    import json
+
+    from benchmark.results import protocol
+    from ray_jobs.run import build_parser, config_from_args
+
+    assert RunConfig().precision == "32-true"
+    for flags, picked in ((AVX2_FLAGS, "32-true"), (AVX2_FLAGS | {"avx512_bf16"}, "bf16-mixed")):
+        monkeypatch.setattr("ray_jobs.config.cpu_flags", lambda flags=flags: set(flags))
+        cfg = config_from_args(build_parser().parse_args(["--executor", "local", "--device", "cpu"]))
+        assert cfg.precision == picked and protocol(cfg)["precision"] == picked
+    out = tmp_path / "run"  # the last pick, bf16-mixed, through a run
+    assert main(["--method", "fedavg", "--dataset", "office_caltech", "--domains", "webcam,dslr", *SMALL, "--quiet",
+                 "--device", "cpu", "--data-root", str(data_root), "--out", str(out)]) == 0
+    assert json.loads((out / "config.json").read_text())["precision"] == "bf16-mixed"
+    assert json.loads((out / "summary.json").read_text())["protocol"]["precision"] == "bf16-mixed"

@@ -1,6 +1,6 @@
 """`make bench`'s code paths, every section (the GPU-only ones included) with `--profile small` on the CPU:
 the report's figures are consistent with one another (ratios and shares recomputed from the printed values),
-and in process a round's local training is all of the groups' training (the groups run one after another)."""
+and in process a round's local training is the groups' training (at the same time or one after another)."""
 from __future__ import annotations
 
 import re
@@ -39,7 +39,7 @@ def phases(line: str) -> dict[str, tuple[float, float]]:
 def test_every_section_is_reported_and_saved_under_the_device_name(report):
     name, text = report
     assert name == "bench-cpu.txt"
-    for section in ("(1)", "(2)", "(3)", "(4)", "(5)", "(6)", "(7)", "(8)", "(9)"):
+    for section in ("(1)", "(2)", "(3)", "(4)", "(5)", "(6)", "(7)", "(8)", "(9)", "(10)"):
         assert f"\n{section} " in text
     assert "\ncommand: python -m ray_jobs.bench --profile small --out-dir " in text
     # the engines of every method in both precisions, the ratio the printed rates'
@@ -136,8 +136,8 @@ def test_phase_shares_add_up_and_in_process_training_is_the_sum_of_the_groups(re
         for s, share in p.values():
             # the share is printed rounded to 1%, from seconds that are themselves printed rounded to 1 ms
             assert share == pytest.approx(100 * s / total, abs=0.5 + 100 * 1e-3 / total)
-        # two client groups in one process: the round's training is both groups' (not the slower one's, which
-        # would leave the other's time counted as transfer)
+        # two client groups in one process, at the same time (sequential) or one after another (fused): the round's
+        # training is the slower one's or both groups', nothing of it counted as transfer
         assert p["transfer_and_scheduling"][0] < 0.1 * p["local_training"][0]
 
 
@@ -198,3 +198,34 @@ def test_many_clients_hold_one_client_on_the_device_and_name_a_model_per_client(
 def test_kernels_counts_the_operators_that_are_not_views():
     """ones, add, mul_ launch a kernel each; view and the slice launch none."""
     assert bench.kernels(lambda: (torch.ones(3) + 1).view(3, 1)[:2].mul_(2)) == 3
+
+
+def test_bf16_mixed_over_32_true_of_both_loops_and_whether_the_processor_has_native_bfloat16(report):
+    """(2): both loops in bf16-mixed, their ratios over the 32-true rates printed above them; the processor's
+    native bfloat16 as `native_bf16` reads its flags, and the precision --precision auto picks from it."""
+    from benchmark.provenance import cpu_flags, native_bf16
+
+    _, text = report
+    plain, ours = (float(re.search(rf"{what} +([\d.]+) images/s", text).group(1))
+                   for what in ("plain PyTorch loop", "LightningModule fit_local"))
+    bf_plain, bf_ours, r_plain, r_ours = map(float, re.search(
+        r"bf16-mixed: plain ([\d.]+), fit_local ([\d.]+) images/s; bf16-mixed / 32-true: plain +([\d.]+), "
+        r"fit_local +([\d.]+)", text).groups())
+    assert r_plain == printed_ratio(plain, bf_plain) and r_ours == printed_ratio(ours, bf_ours)
+    native = native_bf16(cpu_flags())
+    (said, picked), = re.findall(r"native bfloat16 on this processor: (yes|no) \(.*\); --precision auto picks "
+                                 r"(32-true|bf16-mixed)", text)
+    assert (said == "yes", picked) == (native, "bf16-mixed" if native else "32-true")
+
+
+def test_a_round_in_process_with_the_groups_one_after_another_and_at_the_same_time(report):
+    """(10): both ways' second round, the ratios those of the printed times."""
+    _, text = report
+    rows = dict(re.findall(r"^    groups (one after another|at the same time) +(.*)$", text, re.M))
+    assert list(rows) == ["one after another", "at the same time"]
+    one, both = (phases(rows[way]) for way in rows)
+    r_train, r_round = map(float, re.search(r"one after another / at the same time: local training +([\d.]+), "
+                                            r"round +([\d.]+)", text).groups())
+    for ratio, key in ((r_train, "local_training"), (r_round, "round")):
+        a, b = one[key][0], both[key][0]  # seconds printed to 1 ms
+        assert ratio == pytest.approx(a / b, abs=5e-4 + (a / b) * 5e-4 * (1 / a + 1 / b))

@@ -355,3 +355,47 @@ def test_checkpoint_every_two_rounds_reads_the_states_from_the_groups_and_resume
     run(config(data_root, out, executor=executor, actor_restarts=restarts, checkpoint_every=2), quiet=True, resume=True)
     assert metrics(out) == metrics(reference)
     assert summary(out) == summary(reference)
+
+
+@pytest.fixture
+def calls_in_threads(monkeypatch):
+    """Each client group's `train` call: (thread name, start, end)."""
+    from lightning_modules.clients import ClientGroup
+
+    calls, train = [], ClientGroup.train
+
+    def timed(self, *args, **kwargs):
+        t = time.monotonic()
+        try:
+            return train(self, *args, **kwargs)
+        finally:
+            calls.append((threading.current_thread().name, t, time.monotonic()))
+
+    monkeypatch.setattr(ClientGroup, "train", timed)
+    return calls
+
+
+@pytest.mark.parametrize("method", ["feddyn", "moon"])
+def test_in_process_groups_train_at_the_same_time_with_the_numbers_of_one_after_another(
+        reference, data_root, tmp_path, monkeypatch, calls_in_threads, method):
+    """The local executor's default (2 client groups, --cpus-per-actor 1, --driver-cpus 1): the groups train in two
+    threads at the same time, each on one CPU thread, and the run's metrics and summary are those of the groups one
+    after another (as before 2026-11-29) to the bit, and those of Ray's actors. FedDyn keeps a state per client and
+    on the server; MOON draws each client's own initialisation in round 0 (torch's global stream, in both threads)."""
+    from ray_jobs.executors import LocalExecutor
+
+    kw = dict(executor="local") if method == "feddyn" else dict(executor="local", method="moon", rounds=2)
+    run(config(data_root, tmp_path / "together", **kw), quiet=True)
+    threads = {name for name, *_ in calls_in_threads}
+    (a0, a1), (b0, b1) = [(t0, t1) for _, t0, t1 in calls_in_threads[:2]]
+    assert len(threads) == 2 and all(name.startswith("client-group") for name in threads)
+    assert a0 < b1 and b0 < a1  # round 0's two calls overlap
+    monkeypatch.setattr(LocalExecutor, "concurrent", False)
+    calls_in_threads.clear()
+    run(config(data_root, tmp_path / "one_after_another", **kw), quiet=True)
+    assert len({name for name, *_ in calls_in_threads}) == 1
+    assert metrics(tmp_path / "together") == metrics(tmp_path / "one_after_another")
+    assert summary(tmp_path / "together") == summary(tmp_path / "one_after_another")
+    if method == "feddyn":  # the reference: the same run through Ray
+        assert metrics(tmp_path / "together") == metrics(reference)
+        assert summary(tmp_path / "together") == summary(reference)
