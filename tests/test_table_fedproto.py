@@ -270,3 +270,26 @@ def test_figure_2_says_what_a_checkout_without_the_features_lacks(smoke, tmp_pat
     assert "The figure drawn earlier from the test features" in section and "(not redrawn now)" in section
     assert "![Figure 2: t-SNE of the test features](figures/tablefedproto/tsne.png)" in section
     assert (tmp_path / "figures" / "tablefedproto" / "tsne.png").read_bytes() == b"drawn earlier"
+
+
+def test_a_method_that_averages_no_weights_has_no_aggregation():
+    """FedProto's presets average weights unweighted (`aggregation="uniform"`, its code's helpers); FedProto, its -mh
+    and Local average none, so the committed runs made when the presets said "samples" are still theirs, while a
+    FedAvg run recorded with "samples" is another protocol."""
+    from benchmark.checkpoint import protocol_difference
+    from benchmark.results import protocol, run_complete
+    from ray_jobs.config import RunConfig
+
+    runs = Path(__file__).resolve().parent.parent / "results" / "runs"
+    for method in ("fedproto_orig", "fedproto_mh", "local"):
+        cfg = RunConfig.from_preset("fedproto-mnist-n3", method=method)
+        cfg = RunConfig.from_preset("fedproto-mnist-n3", method=method, out=str(runs / cfg.run_name))
+        recorded = json.loads((Path(cfg.out) / "summary.json").read_text())["protocol"]
+        assert recorded["aggregation"] == "samples" and cfg.aggregation == "uniform"
+        assert protocol(cfg)["aggregation"] is None and run_complete(cfg)
+        assert protocol_difference(recorded, protocol(cfg)) == []
+    fedavg = RunConfig.from_preset("fedproto-mnist-n3", method="fedavg")
+    assert protocol(fedavg)["aggregation"] == "uniform"
+    recorded = {**protocol(fedavg), "aggregation": "samples"}
+    want = ["aggregation: 'samples' in the checkpoint, 'uniform' here"]
+    assert protocol_difference(recorded, protocol(fedavg)) == want
