@@ -127,11 +127,12 @@ PRESETS: dict[str, dict] = {
     "fedplvm-digit5": dict(dataset="digit5", rounds=50, **_FEDPLVM),  # FedPLVM (NeurIPS 2024), section 2
     "fedplvm-office10": dict(dataset="office10", rounds=80, **_FEDPLVM),
     # FedProto (AAAI 2022), section 4: SGD lr 0.01 momentum 0.5 (no weight decay), batch 4 with the
-    # DataLoader's drop_last, 1 local epoch, 100 rounds; a preset per split of FEDPROTO_SPLITS: fedproto-mnist-n3
-    # (split 3way), -n3-s3 (3way-s3), -n3-k10 (3way-k10), ...
+    # DataLoader's drop_last, 1 local epoch, 100 rounds; weights averaged unweighted, as its code's helpers
+    # (`average_weights`, `average_weights_per`, `average_weights_sem` in its lib/utils.py); a preset per split of
+    # FEDPROTO_SPLITS: fedproto-mnist-n3 (split 3way), -n3-s3 (3way-s3), -n3-k10 (3way-k10), ...
     **{f"fedproto-mnist-n{name.replace('way', '')}": dict(dataset="mnist", split=name, rounds=100, local_epochs=1,
                                                          batch_size=4, lr=0.01, momentum=0.5, weight_decay=0.0,
-                                                         drop_last=True)
+                                                         drop_last=True, aggregation="uniform")
        for name in FEDPROTO_SPLITS},
     # FPL's protocol with 100 or 500 Digits clients, a tenth of them drawn each round (docs/scale.md)
     **{f"scale-digits-{name[:-7]}": dict(dataset="digits", split=name, participation=0.1, **_FPL)
@@ -142,9 +143,14 @@ PRESETS: dict[str, dict] = {
 
 # Method hyperparameters a protocol sets over the method's defaults: preset -> method -> hparams. FedOpt's default
 # step is RethinkFL's (from the clients' mean: FPL's protocol, also the protocol of a run without a preset); the other
-# papers' protocols take Reddi et al.'s (from the global model) (docs/deviations.md, 10)
+# papers' protocols take Reddi et al.'s (from the global model) (docs/deviations.md, 10). FedProto's protocol: FedPer
+# and FedRep share the convolutional body only (its code's `average_weights_per` averages the keys not starting with
+# `fc`; its paper's 106k parameters a round are 20 x the CNN's 5,280 convolution weights), FeSEM keeps 2 centres (its
+# code's `average_weights_sem`) (docs/deviations.md, 40-42)
+FEDPROTO_HPARAMS = {"fedper": {"head": "fc"}, "fedrep": {"head": "fc"}, "fesem": {"clusters": 2}}
 PRESET_HPARAMS: dict[str, dict[str, dict]] = {
-    p: {"fedopt": {"step_from": "global"}} for p in PRESETS if p.startswith(("fedplvm-", "fedproto-", "fedapc-"))
+    p: {"fedopt": {"step_from": "global"}, **(FEDPROTO_HPARAMS if p.startswith("fedproto-") else {})}
+    for p in PRESETS if p.startswith(("fedplvm-", "fedproto-", "fedapc-"))
 }
 
 

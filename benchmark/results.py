@@ -140,12 +140,25 @@ LATER_HPARAMS = {"lambda": 1.0, "dp_budget": "run", "prototypes": "after", "step
 
 
 def protocol(cfg) -> dict:
-    """What makes two runs the same experiment (from a RunConfig or its dict)."""
+    """What makes two runs the same experiment (from a RunConfig or its dict). A RunConfig whose method averages no
+    weights (`averages_weights` false: FedProto as published, Local, FedPCL) has no `aggregation` (None): how weights
+    would be averaged is no part of its experiment, so its recorded runs compare whatever they recorded for it
+    (`without_moot`)."""
     d = cfg if isinstance(cfg, dict) else cfg.to_dict()
     p = {k: d[k] if k in d or k not in LATER_KEYS else LATER_KEYS[k] for k in PROTOCOL_KEYS}
     if p["dirichlet_seed"] is None:  # recorded before the key: a label-skew run drew with its own seed, others none
         p["dirichlet_seed"] = 0 if p["dirichlet_alpha"] is None else p["seed"]
+    if not isinstance(cfg, dict) and not cfg.averages_weights:
+        p["aggregation"] = None
     return p
+
+
+def without_moot(recorded: dict, expected: dict) -> dict:
+    """A recorded protocol with its `aggregation` dropped (None) when the expected protocol's is None (a method that
+    averages no weights, `protocol`); otherwise `recorded` as it is."""
+    if "aggregation" in expected and expected["aggregation"] is None:
+        return {**recorded, "aggregation": None}
+    return recorded
 
 
 def with_later_hparams(recorded: dict, expected: dict) -> dict:
@@ -171,7 +184,7 @@ def is_complete(run_dir: Path, expected: dict | None = None) -> bool:
     # (LATER_HPARAMS)
     try:
         want = json.loads(json.dumps(protocol(expected)))
-        return protocol(with_later_hparams(s["protocol"], want)) == want
+        return protocol(without_moot(with_later_hparams(s["protocol"], want), want)) == want
     except (KeyError, TypeError):  # no protocol, or one without a key it needs: not this run
         return False
 

@@ -62,7 +62,7 @@ CLIENT_MEMORY = ("auto", "device", "host", "disk")
 
 def aggregation_weight(cfg, rule, n: int) -> float:
     """A client's weight in the average of round weights, from its n training samples: the rule's `client_weight`
-    of n, or of 1 when the protocol averages each client alike (`aggregation="mean"`)."""
+    of n, or of 1 when the protocol averages each client alike (`aggregation="uniform"`)."""
     return rule.client_weight(cfg.hparams, n if cfg.aggregation == "samples" else 1)
 
 

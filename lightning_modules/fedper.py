@@ -6,13 +6,15 @@ Personalization Layers." arXiv:1912.00818, 2019. FedProto's Table 1 baseline (PR
 
 Client (`FedPerClient`): CE, as FedAvg's; it starts each round from the global body and its own head (the head is
 its client state, `client_state`; in round 0, before it has one, the global initialisation's head) and is tested
-with them (`personalise`). Server (`FedPerServer`): the sample-weighted mean of the clients' bodies; the head never
-leaves a client (`travelling`: the body is all that is uploaded, averaged and sent back).
+with them (`personalise`). Server (`FedPerServer`): the mean of the clients' bodies (weighted as the protocol's
+`aggregation` says: by sample count, or each client alike under FedProto's); the head never leaves a client
+(`travelling`: the body is all that is uploaded, averaged and sent back).
 
 `head` (hyperparameter): `classifier` (default) keeps the model's classifier on the clients, everything below it
 (the `features` part) is the body. `fc` keeps every fully connected layer, fc1 and the classifier of FedProto's CNN
 (the official FedProto code's `average_weights_per` averages only the keys not starting with `fc`, and the paper's
-106k parameters per round are 20 x its 5,280 convolution weights): docs/deviations.md, 40.
+106k parameters per round are 20 x its 5,280 convolution weights: FedProto's protocol, `PRESET_HPARAMS`):
+docs/deviations.md, 40.
 """
 from __future__ import annotations
 

@@ -1,6 +1,7 @@
 """FeSEM: multi-center federated learning. The server keeps K centre models; each round every client is assigned
-to its nearest centre by the L2 distance of its weights (E-step), each centre becomes the sample-weighted mean of
-its clients (M-step), and each client trains its next round from its centre.
+to its nearest centre by the L2 distance of its weights (E-step), each centre becomes the mean of its clients
+(M-step; weighted by the protocol's `aggregation`: by sample count, or each client alike under FedProto's), and
+each client trains its next round from its centre.
 
 Ming Xie, Guodong Long, Tao Shen, Tianyi Zhou, Xianzhi Wang, Jing Jiang, Chengqi Zhang. "Multi-center Federated
 Learning." arXiv:2005.01026, 2020 (FeSEM: federated stochastic expectation maximisation). Official TensorFlow
@@ -13,7 +14,9 @@ initialisation (the reference copies one initialisation into every centre); the 
 first K clients' trained weights, as the reference's k-means starts from its first K points. A centre no client
 is nearest keeps its weights. `distance=weights` (default) compares every parameter, the paper's distance
 between models; `classifier` only the classifier's weight matrix, as the reference compares only its last dense
-layer's kernel. K (`clusters`) 4, the reference's config. Under partial participation (`--participation`) only
+layer's kernel. K (`clusters`) 4, the reference's config; 2 under FedProto's protocol (`PRESET_HPARAMS`: its
+code's `average_weights_sem` keeps 2 groups, which it forms by the clients' number of classes instead: not followed,
+docs/deviations.md, 42). Under partial participation (`--participation`) only
 the round's trained clients are assigned and averaged into their centres (a centre none of them is nearest keeps
 its weights); a client not drawn keeps its last assignment and starts its next round from that centre as it is
 then (before it is first drawn: the one initialisation). Each client is tested with its centre. The reference's

@@ -211,7 +211,8 @@ register(Method(
 register(Method(
     name="fedper", client=FedPerClient, server=FedPerServer,
     defaults=dict(
-        head="classifier",  # kept on each client: the classifier, or every fully connected layer "fc" (dev. 40)
+        # kept on each client: the classifier, or every fully connected layer "fc" (FedProto's protocol: dev. 40)
+        head="classifier",
     ),
     validate=_choices(head=tuple(HEADS)), description="FedPer: the body averaged, a head per client",
 ))
@@ -227,7 +228,7 @@ register(Method(
 register(Method(
     name="fesem", client=FedAvgClient, server=FeSEMServer,
     defaults=dict(
-        clusters=4,  # K centre models (the reference's config; FedProto's paper states none)
+        clusters=4,  # K centre models (the reference's config; FedProto's protocol: 2, its code's: dev. 42)
         distance="weights",  # L2 over every parameter (the paper), or the "classifier" weight only (the reference)
     ),
     validate=_all(_positive_int("clusters"), _choices(distance=("weights", "classifier"))),

@@ -243,9 +243,16 @@ class RunConfig:
                               f"fedproto-mnist-n3 (or -n4, -n5), not {self.dataset} ({self.dataset_spec.model}).")
 
     @property
+    def averages_weights(self) -> bool:
+        """Whether the method's server rule averages weights (`ServerRule.averages_weights`); when it does not, the
+        run's `aggregation` is moot and no part of its protocol (`benchmark.results.protocol`)."""
+        return METHODS[self.method].server.averages_weights
+
+    @property
     def hparam_defaults(self) -> dict:
         """The method's hyperparameters under this run's protocol: the registry's defaults and what its preset sets
-        over them (`PRESET_HPARAMS`: FedOpt's step under the other papers' protocols)."""
+        over them (`PRESET_HPARAMS`: FedOpt's step under the other papers' protocols, FedPer's, FedRep's and FeSEM's
+        under FedProto's)."""
         return {**METHODS[self.method].defaults, **PRESET_HPARAMS.get(self.preset, {}).get(self.method, {})}
 
     def evaluates(self, round_idx: int) -> bool:

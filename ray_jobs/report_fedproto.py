@@ -8,10 +8,13 @@ eight rows, Local, FeSEM, FedProx, FedPer, FedAvg, FedRep, FedProto and FedProto
 rows), the same split and model for all; and Figure 3's, FedProto and FedAvg at n = 3 with k training samples per
 class (presets `fedproto-mnist-n3-k<k>`; k = 100 is Table 1's n = 3). The report: per method, stdev and n, mean ±
 std over seeds of the final round's mean client accuracy, beside the paper's value (whose ± is the std over
-clients; ours over clients is in its own column). FedProto's headline is its prototype inference; its classifier's
-argmax has a row of its own. Parameters per round are what the clients upload, counted from the tensors that travel
-(the run's `communication`): a model per client for FedAvg, FedProx and FeSEM, the body for FedPer and FedRep, a 50-d
-prototype per class held for FedProto, 0 for Local; the paper's column beside them. Figure 3: the final mean
+clients); beside them our mean ± std over clients (`per client`), and for FedProto's rows the official code's scorer,
+whose counters are never reset across clients (`official_scores`), applied to our final per-client counts: the
+statistic the paper's FedProto rows report, where its baselines report a per-client one. FedProto's headline is its
+prototype inference; its classifier's argmax has a row of its own. Parameters per round are what the clients
+upload, counted from the tensors that travel (the run's `communication`): a model per client for FedAvg, FedProx and
+FeSEM, the body (the convolutions) for FedPer and FedRep, a 50-d prototype per class held for FedProto, 0 for Local;
+the paper's column beside them. Figure 3: the final mean
 client accuracy against k, a table and its plot (the paper gives a plot only). Figure 2: t-SNE maps of the n = 3
 runs of FedProto, FedAvg, FeSEM and FedPer, from the test features each run saved at its end (`features.npz`).
 """
@@ -23,7 +26,7 @@ import numpy as np
 import pandas as pd
 
 from benchmark import paper
-from benchmark.fewshot import SHOTS
+from benchmark.fewshot import SHOTS, TEST_SHOTS
 from benchmark.protocols import FEDPROTO_FIGURE3_SHOTS
 from benchmark.results import FEATURES_FILE, atomic_write, read_jsonl, read_summary, run_complete
 from ray_jobs.config import RunConfig
@@ -45,19 +48,57 @@ def uploaded_params(summary: dict) -> int:
     return round((per_client["up_weights"] + per_client["up_prototypes"]) * len(summary["clients"]))
 
 
+def official_scores(summary: dict, last: dict) -> dict[str, list[float]]:
+    """The official FedProto scorer (yuetan031/FedProto lib/update.py `test_inference_new_het_lt`) applied to a run's
+    final per-client counts: it tests the clients in order, first by the classifier, then by the nearest global
+    prototype, and never resets its correct / total counters, so each client's figure is the pooled accuracy of
+    every pass so far. Per client (%): "classifier" after its classifier pass (the code's `acc_list_l`, "w/o
+    protos"), "prototype" after its prototype pass (`acc_list_g`, "with protos", the figure the paper reports).
+    A client's counts are its accuracy times its test samples, TEST_SHOTS per class it holds."""
+    correct = total = 0
+    out = {"classifier": [], "prototype": []}
+    for c in summary["clients"]:
+        n, acc = TEST_SHOTS * len(c["classes"]), last["client_accuracy"][str(c["id"])]
+        for rule in ("classifier", "prototype"):
+            correct, total = correct + round(acc[rule] * n / 100), total + n
+            out[rule].append(100 * correct / total)
+    return out
+
+
 def collect(runs: list[RunConfig]) -> pd.DataFrame:
-    """One row per run and inference rule: final mean client accuracy, std over clients, uploads per round."""
+    """One row per run and inference rule: final mean client accuracy, its mean and std over clients, the official
+    scorer's mean and std over clients (FedProto's rules; NaN for the rest), uploads per round."""
     rows = []
     for cfg in runs:
         out = Path(cfg.out)
         s, last = read_summary(out), read_jsonl(out / "metrics.jsonl")[-1]
+        official = official_scores(s, last) if "prototype" in s["final"] else None
         for rule in ("prototype", "classifier"):
             if rule in s["final"]:
                 per_client = [a[rule] for a in last["client_accuracy"].values()]
+                off = [np.nan] if official is None else official[rule]
                 rows.append({"method": cfg.method, "rule": rule, "stdev": cfg.ways_stdev, "ways": cfg.ways,
                              "shots": cfg.ways_shots, "seed": cfg.seed, "acc": s["final"][rule],
-                             "client_std": float(np.std(per_client)), "params": uploaded_params(s)})
+                             "client_mean": float(np.mean(per_client)), "client_std": float(np.std(per_client)),
+                             "official": float(np.mean(off)), "official_std": float(np.std(off)),
+                             "params": uploaded_params(s)})
     return pd.DataFrame(rows)
+
+
+def official_cells(row) -> dict:
+    """The csv's official-scorer columns of a report row (None where the official scorer does not apply)."""
+    if np.isnan(row["official"]):
+        return {"official_mean": None, "official_std": None}
+    return {"official_mean": round(float(row["official"]), 4), "official_std": round(float(row["official_std"]), 4)}
+
+
+def paper_statistic(method: str, rule: str) -> str:
+    """Which statistic the paper's cell of a row is: the official scorer's for FedProto's (pooled counters), a
+    per-client one for the baselines, none for FedProto's classifier rows (the paper reports its prototype
+    inference)."""
+    if method not in FEDPROTO_METHODS:
+        return "per client"
+    return "official scorer" if rule == "prototype" else "–"
 
 
 def headline_rule(method: str) -> str:
@@ -135,7 +176,8 @@ def report(profile: str, runs: list[RunConfig], results_dir: Path) -> tuple[pd.D
         raise RunError("no complete run of table fedproto to report; run its sweep first (make table-fedproto).")
     df = collect(runs)
     agg = df.groupby(["method", "rule", "stdev", "ways", "shots"], sort=False).agg(
-        ours=("acc", "mean"), std=("acc", "std"), seeds=("acc", "count"), client_std=("client_std", "mean"),
+        ours=("acc", "mean"), std=("acc", "std"), seeds=("acc", "count"), client_mean=("client_mean", "mean"),
+        client_std=("client_std", "mean"), official=("official", "mean"), official_std=("official_std", "mean"),
         params=("params", "mean")).reset_index()
     c0 = runs[0]
     title = f"# {TABLES['fedproto'].title}: reproduction ({profile} profile"
@@ -155,12 +197,20 @@ def report(profile: str, runs: list[RunConfig], results_dir: Path) -> tuple[pd.D
              "FedRep: the global body with its head; FeSEM: its cluster's centre; FedAvg / FedProx: the global "
              "model); FedProto's rows use the nearest global prototype among the client's classes, `(classifier)` "
              "rows the argmax. Cells: ours mean ± std over seeds (paper, ours - paper); the paper's ± is over "
-             "clients, ours over clients is the column `client std`. ⚠ = further from the paper than the paper's ± "
-             "(its std over clients). Parameters: uploaded per round by all clients, counted from the tensors that "
-             "travelled (paper's column, x 10^3); the paper's rounds to converge in brackets (we run every method "
-             f"for {c0.rounds}).", "",
+             "clients. `per client`: our final mean ± std over clients of each client's accuracy (fresh counters per "
+             "client, as the official code's `LocalTest.get_result`; the mean over seeds when there are several). "
+             "`official scorer`: FedProto's rows scored as the official code's `test_inference_new_het_lt` scores "
+             "them, from our final per-client counts (its counters never reset: client i's figure pools the "
+             "classifier and prototype passes of clients 0 to i; mean ± std over clients; the prototype rows are its "
+             "\"with protos\" figure, the classifier rows its \"w/o protos\" one). Which statistic the paper reports: "
+             "for FedProto and FedProto-mh the official scorer's (its ± of 0.2 to 0.5 is what pooled counters give: "
+             "a per-client std is 1 to 2 here), for every baseline a per-client one (its ± of 2.4 to 6.9). ⚠ = further "
+             "from the paper than the paper's ±. Parameters: uploaded per round by all clients, counted from the "
+             "tensors that travelled (paper's column, x 10^3); the paper's rounds to converge in brackets (we run "
+             f"every method for {c0.rounds}).", "",
              "| method | stdev | " + " | ".join(f"n = {w}" for w in WAYS)
-             + " | client std (n = 3/4/5) | params/round (paper) | verdicts | flag |", "|" + "---|" * (len(WAYS) + 6)]
+             + " | per client (n = 3/4/5) | official scorer (n = 3/4/5) | the paper's statistic | params/round (paper) "
+             "| verdicts | flag |", "|" + "---|" * (len(WAYS) + 8)]
     csv_rows, far = [], {}  # far: row label -> (the cells further from the paper than its ±, what we know of why)
     groups = dict(iter(agg[agg.shots == SHOTS].groupby(["method", "rule", "stdev"], sort=False)))
     for method, rule, stdev in [(m, r, sd) for sd in STDEVS for m in paper.FEDPROTO_TABLE[sd] if (m, sd) in planned
@@ -190,9 +240,14 @@ def report(profile: str, runs: list[RunConfig], results_dir: Path) -> tuple[pd.D
                              "shots": SHOTS, "ours_mean": round(float(ours), 4),
                              "ours_std": None if np.isnan(std) else round(float(std), 4),
                              "seeds": int(sub.loc[w, "seeds"]), "client_std": round(float(sub.loc[w, "client_std"]), 4),
+                             **official_cells(sub.loc[w]),
                              "paper": pv, "diff": None if diff is None else round(float(diff), 4),
                              "params_per_round": int(sub.loc[w, "params"]), **verdict_columns(v)})
-        cells.append(" / ".join(f"{sub.loc[w, 'client_std']:.2f}" if w in sub.index else "–" for w in WAYS))
+        cells.append(" / ".join(f"{sub.loc[w, 'client_mean']:.2f} ± {sub.loc[w, 'client_std']:.2f}"
+                                if w in sub.index else "–" for w in WAYS))
+        cells.append(" / ".join(f"{sub.loc[w, 'official']:.2f} ± {sub.loc[w, 'official_std']:.2f}"
+                                if w in sub.index and not np.isnan(sub.loc[w, "official"]) else "–" for w in WAYS))
+        cells.append(paper_statistic(method, rule))
         cells.append(" / ".join(f"{sub.loc[w, 'params'] / 1e3:.1f}k" if w in sub.index else "–" for w in WAYS)
                      + f" ({paper.FEDPROTO_COMM_PARAMS_K[method]}k; {paper.FEDPROTO_COMM_ROUNDS[method]} rounds)")
         cells.append(mark_counts([v for (sd, m, _), v in ver.cells.items() if (sd, m) == (f"stdev {stdev}", method)])
@@ -232,8 +287,9 @@ def report(profile: str, runs: list[RunConfig], results_dir: Path) -> tuple[pd.D
             csv_rows.append({"profile": profile, "method": row.method, "rule": row.rule, "stdev": row.stdev,
                              "ways": row.ways, "shots": row.shots, "ours_mean": round(float(row.ours), 4),
                              "ours_std": None if np.isnan(row.std) else round(float(row.std), 4),
-                             "seeds": int(row.seeds), "client_std": round(float(row.client_std), 4), "paper": None,
-                             "diff": None, "params_per_round": int(row.params)})
+                             "seeds": int(row.seeds), "client_std": round(float(row.client_std), 4),
+                             **official_cells({"official": row.official, "official_std": row.official_std}),
+                             "paper": None, "diff": None, "params_per_round": int(row.params)})
     lines += [runs_line(runs), ""]
     results_dir.mkdir(parents=True, exist_ok=True)
     atomic_write(results_dir / "tablefedproto.md", "\n".join(lines))

@@ -385,16 +385,20 @@ GAP_NOTES: dict[tuple[str, str, str, str], GapNote] = {
         "prototypes=last_epoch)", side="below")
        for ds in ("office_caltech", "digits")},
     # FedProto's Tables 1 and 2 (ray_jobs.report_fedproto): its ± is the std over one run's clients
-    **{("fedproto", "mnist", m, "*"): GapNote("the official FedProto code has no baselines (the paper's come from code "
-                                              "not published); ours run FedProto's split, model, batch, test samples "
-                                              "and 100 rounds (docs/deviations.md, 22) and end above the paper, with a "
-                                              "spread over clients below the paper's ±; why the paper's are lower is "
-                                              "not known")
+    **{("fedproto", "mnist", m, "*"): GapNote("the official FedProto code holds its baselines' averaging and scoring "
+                                              "(lib/utils.py's average_weights, average_weights_per, "
+                                              "average_weights_sem; lib/update.py's LocalTest.get_result) but no "
+                                              "driver that runs them; ours run FedProto's split, model, batch, test "
+                                              "samples and 100 rounds, averaged as those helpers (docs/deviations.md, "
+                                              "22, 40-42), and end above the paper, which our runs reach after 5 to 40 "
+                                              "rounds (docs/fedproto.md); its options.py's stopping_rounds is read by "
+                                              "no code; why the paper's are lower is not known")
        for m in ("local", "fesem", "fedprox", "fedper", "fedavg", "fedrep")},
     **{("fedproto", "mnist", m, "*"): GapNote("the paper's ± is, most likely, the std over clients of the official "
                                               "code's per-client accuracies, whose counters are never reset (client "
-                                              "i's number pools clients 0 to i: docs/deviations.md, 21), so it is far "
-                                              "below a per-client std such as ours")
+                                              "i's number pools clients 0 to i and both passes: docs/deviations.md, "
+                                              "21), so it is far below a per-client std such as ours; the column "
+                                              "`official scorer` applies it to our per-client counts")
        for m in ("fedproto_orig", "fedproto_mh")},
 }
 

@@ -1,6 +1,7 @@
-"""FedPer (PROTOCOL.md section 4, FedProto's Table 1 baseline): the body averaged by sample count, each client's
-head kept on the client from round to round. Hand numbers on constructed weights, then a real round of three
-USPS clients on a tiny network checked against each client trained alone by FedAvg's module."""
+"""FedPer (PROTOCOL.md section 4, FedProto's Table 1 baseline): the body averaged (by sample count; unweighted, the
+convolutions only, under FedProto's protocol), each client's head kept on the client from round to round. Hand
+numbers on constructed weights, then a real round of three USPS clients on a tiny network checked against each
+client trained alone by FedAvg's module."""
 from __future__ import annotations
 
 import pytest
@@ -8,6 +9,7 @@ import torch
 
 from benchmark.cnn import CNNMnist
 from benchmark.communication import count
+from lightning_modules.clients import aggregation_weight
 from lightning_modules.fedper import FedPerClient, FedPerServer
 from lightning_modules.registry import METHODS, HyperparameterError
 from lightning_modules.server import accumulate, weighted_mean
@@ -34,6 +36,40 @@ def test_the_body_travels_by_hand():
     assert count(FedPerServer.travelling({"head": "fc"}, state))[0] == 260 + 5020
     assert sorted(FedPerServer.travelling({"head": "fc"}, state)) == ["conv1.bias", "conv1.weight", "conv2.bias",
                                                                     "conv2.weight"]
+
+
+@pytest.mark.parametrize("preset", ["fedproto-mnist-n3", "fedproto-mnist-n5-s3", "fedproto-mnist-n3-k20"])
+def test_fedprotos_protocol_shares_the_convolutions_unweighted(preset):
+    """FedProto's protocol (its code's `average_weights_per`: the keys not starting with `fc`, an unweighted mean):
+    the head is every fc layer and each client weighs 1 whatever its samples; today's sharing (the classifier kept)
+    is `--hp head=classifier`, a run of its own name. Without a preset: the classifier, by sample count."""
+    for method in ("fedper", "fedrep"):
+        cfg = RunConfig.from_preset(preset, method=method)
+        assert cfg.hparams["head"] == "fc" and cfg.aggregation == "uniform"
+        assert aggregation_weight(cfg, FedPerServer, 396) == aggregation_weight(cfg, FedPerServer, 200) == 1.0
+        assert cfg.run_name.endswith(f"{cfg.split}-seed0")
+        kept = RunConfig.from_preset(preset, method=method, hparams={"head": "classifier"})
+        assert kept.run_name.endswith(f"{cfg.split}-headclassifier-seed0")
+        plain = RunConfig(method=method, dataset="mnist")
+        assert plain.hparams["head"] == "classifier" and aggregation_weight(plain, FedPerServer, 396) == 396.0
+
+
+def test_the_convolutions_averaged_unweighted_by_hand():
+    """Two CNN clients of 200 and 500 samples under FedProto's protocol: conv1 and conv2 become (a + b) / 2, fc1 and
+    the classifier are not uploaded and the global ones stay the initialisation's."""
+    cfg = RunConfig.from_preset("fedproto-mnist-n3", method="fedper")
+    torch.manual_seed(0)
+    init, a, b = (CNNMnist().state_dict() for _ in range(3))
+    rule = FedPerServer(cfg.hparams, 10, 50, 100, list(init))
+    acc, total = None, 0.0
+    for state, n in ((a, 200), (b, 500)):
+        w = aggregation_weight(cfg, rule, n)
+        acc, total = accumulate(acc, rule.travelling(rule.hparams, state), w), total + w
+    assert sorted(acc) == ["conv1.bias", "conv1.weight", "conv2.bias", "conv2.weight"] and total == 2.0
+    new = rule.aggregate(init, weighted_mean([acc], [total]), 0)
+    for k in init:
+        want = (a[k] + b[k]) / 2 if k.startswith("conv") else init[k]
+        torch.testing.assert_close(new[k], want)
 
 
 def test_aggregation_by_hand():

@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+from benchmark.cnn import CNNMnist
 from lightning_modules.base import fit_local
 from lightning_modules.clients import client_generator
 from lightning_modules.fedper import FedPerServer
@@ -45,6 +46,20 @@ def test_the_split_by_hand():
     assert phases(0.25, 4, 1) == "hhhb"
     # an odd number of steps: the head's count is rounded half to even (Python's round, as the committed runs ran)
     assert phases(0.5, 5, 1) == "hhbbb" and phases(0.5, 7, 1) == "hhhhbbb" and phases(0.5, 1, 1) == "b"
+
+
+def test_under_fedprotos_protocol_the_head_is_every_fc_layer():
+    """FedProto's CNN with `head=fc` (its protocol's): fc1 and the classifier train in the head's steps, conv1 and
+    conv2 in the body's."""
+    cfg = RunConfig.from_preset("fedproto-mnist-n4", method="fedrep")
+    assert cfg.hparams == {"head": "fc", "rep_epochs": 0.5} and cfg.aggregation == "uniform"
+    module = FedRepClient(CNNMnist(), cfg.hparams)
+    seen = []
+    for step in range(4):
+        module.on_local_step(step, 4, 1)
+        seen.append(sorted(n for n, p in module.net.named_parameters() if p.requires_grad))
+    fc = ["classifier.bias", "classifier.weight", "fc1.bias", "fc1.weight"]
+    assert seen == [fc, fc, ["conv1.bias", "conv1.weight", "conv2.bias", "conv2.weight"]] + [seen[2]]
 
 
 def test_frozen_parts_do_not_move_in_their_phase(shards):  # noqa: F811

@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+from lightning_modules.clients import aggregation_weight
 from lightning_modules.fedavg import FedAvgClient
 from lightning_modules.fesem import FeSEMServer, nearest_centers
 from lightning_modules.registry import METHODS, HyperparameterError
@@ -29,6 +30,18 @@ def test_registry_entry():
         RunConfig(method="fesem", hparams={"clusters": 2.5})
     with pytest.raises(HyperparameterError, match=r"^distance must be one of weights, classifier \(got 'l1'\)\.$"):
         RunConfig(method="fesem", hparams={"distance": "l1"})
+
+
+def test_fedprotos_protocol_keeps_two_centres_averaged_unweighted():
+    """FedProto's protocol: K = 2 (its code's `average_weights_sem`: two groups, each its clients' unweighted mean);
+    the clients are still assigned by the distance of their weights. Two rounds by hand with every weight 1."""
+    cfg = RunConfig.from_preset("fedproto-mnist-n3-s3", method="fesem")
+    assert cfg.hparams == {"clusters": 2, "distance": "weights"} and cfg.aggregation == "uniform"
+    r = rule(**cfg.hparams)
+    weights = {i: aggregation_weight(cfg, r, n) for i, n in enumerate((200, 500, 300, 600, 200))}
+    assert set(weights.values()) == {1.0}
+    r.aggregate_clients(states(0, 1, 10, 11, 20), weights, 0)
+    assert [c["w"].item() for c in r.centers] == pytest.approx([0.0, 42 / 4])  # (1 + 10 + 11 + 20) / 4
 
 
 def test_two_rounds_by_hand():

@@ -16,12 +16,14 @@ from benchmark import paper
 from benchmark.results import read_jsonl
 from ray_jobs import figures as cli
 from ray_jobs.plan import plan
+from ray_jobs.report_fedproto import official_scores
 from ray_jobs.sweep import execute, main
 
 METHODS = ["local", "fesem", "fedprox", "fedper", "fedavg", "fedrep", "fedproto_orig", "fedproto_mh"]
 SPLITS = {(n, sd): f"{n}way{'-s3' if sd == 3 else ''}" for n in (3, 4, 5) for sd in (2, 3)}
-# parameters a client uploads per round: the CNN's 21,840, its body's 21,330 (FedPer, FedRep), or none (Local)
-UPLOADS = {"fedavg": 21840, "fedprox": 21840, "fesem": 21840, "fedper": 21330, "fedrep": 21330, "local": 0}
+# parameters a client uploads per round: the CNN's 21,840, its body's
+# (FedPer, FedRep: the convolutions alone under FedProto's protocol, 5,280), or none (Local)
+UPLOADS = {"fedavg": 21840, "fedprox": 21840, "fesem": 21840, "fedper": 5280, "fedrep": 5280, "local": 0}
 ARGS = ["--table", "fedproto", "--profile", "smoke", "--executor", "local"]
 
 
@@ -79,6 +81,9 @@ def test_report_beside_the_paper(smoke):
                 assert c["ours_mean"] == pytest.approx(summary["final"][rule], abs=1e-4)
                 assert c["ours_mean"] == pytest.approx(np.mean(per_client), abs=1e-4)
                 assert c["client_std"] == pytest.approx(np.std(per_client), abs=1e-4)
+                official = official_scores(summary, last)[rule] if m.startswith("fedproto") else None
+                assert (np.isnan(c["official_mean"]) if official is None
+                        else c["official_mean"] == pytest.approx(np.mean(official), abs=1e-4))
                 if not np.isnan(c["paper"]):
                     assert c["diff"] == pytest.approx(c["ours_mean"] - c["paper"], abs=1e-3)
                 # uploads per round by the 20 clients: weights (UPLOADS), a 50-d prototype per class held
@@ -90,6 +95,14 @@ def test_report_beside_the_paper(smoke):
     for split in SPLITS.values():
         assert (smoke / "figures" / "tablefedproto" / f"curves_{split}.png").exists()
     assert "| fedproto_orig (classifier) | 2 |" in md and "| local | 3 |" in md and "(106k; 100 rounds)" in md
+    # beside each row: its per-client mean ± std (all rows), the official scorer's (FedProto's), the paper's statistic
+    table = md.split("| method | stdev |")[1].split("\n\n")[0].splitlines()[2:]
+    rows = [[c.strip() for c in line.strip("|").split("|")] for line in table]
+    assert len(rows) == 20 and all(len(cells) == 10 for cells in rows)
+    for name, *_, per_client, official, statistic, _, _ in rows:
+        fedproto = name.startswith("fedproto")
+        assert statistic == ("per client" if not fedproto else "–" if "(classifier)" in name else "official scorer")
+        assert per_client.count(" ± ") == 3 and official.count(" ± ") == (3 if fedproto else 0)
     # each row with a cell further from the paper than its ± has a line saying which cells, and what we know of why
     far = df[df["diff"].abs() > [paper.FEDPROTO_TABLE[sd][m][n][1] for m, n, sd in zip(df.method, df.ways, df.stdev)]]
     why = md.split("what we know of why:\n\n")[1].split("\n\n")[0].splitlines()
@@ -271,3 +284,48 @@ def test_figure_2_says_what_a_checkout_without_the_features_lacks(smoke, tmp_pat
     assert "The figure drawn earlier from the test features" in section and "(not redrawn now)" in section
     assert "![Figure 2: t-SNE of the test features](figures/tablefedproto/tsne.png)" in section
     assert (tmp_path / "figures" / "tablefedproto" / "tsne.png").read_bytes() == b"drawn earlier"
+
+
+def test_a_method_that_averages_no_weights_has_no_aggregation():
+    """FedProto's presets average weights unweighted (`aggregation="uniform"`, its code's helpers); FedProto, its -mh
+    and Local average none, so the committed runs made when the presets said "samples" are still theirs, while a
+    FedAvg run recorded with "samples" is another protocol."""
+    from benchmark.checkpoint import protocol_difference
+    from benchmark.results import protocol, run_complete
+    from ray_jobs.config import RunConfig
+
+    runs = Path(__file__).resolve().parent.parent / "results" / "runs"
+    for method in ("fedproto_orig", "fedproto_mh", "local"):
+        cfg = RunConfig.from_preset("fedproto-mnist-n3", method=method)
+        cfg = RunConfig.from_preset("fedproto-mnist-n3", method=method, out=str(runs / cfg.run_name))
+        recorded = json.loads((Path(cfg.out) / "summary.json").read_text())["protocol"]
+        assert recorded["aggregation"] == "samples" and cfg.aggregation == "uniform"
+        assert protocol(cfg)["aggregation"] is None and run_complete(cfg)
+        assert protocol_difference(recorded, protocol(cfg)) == []
+    fedavg = RunConfig.from_preset("fedproto-mnist-n3", method="fedavg")
+    assert protocol(fedavg)["aggregation"] == "uniform"
+    recorded = {**protocol(fedavg), "aggregation": "samples"}
+    want = ["aggregation: 'samples' in the checkpoint, 'uniform' here"]
+    assert protocol_difference(recorded, protocol(fedavg)) == want
+
+
+def test_the_official_scorer_by_hand():
+    """Client 0 holds 2 classes (80 test samples: 60 right by the classifier, 40 by the prototypes), client 1 holds 3
+    (120: 120 and 108). The official counters after client 0's classifier pass: 60 / 80; after its prototype pass:
+    100 / 160; after client 1's passes: 220 / 280, then 328 / 400."""
+    summary = {"clients": [{"id": 0, "classes": [1, 7]}, {"id": 1, "classes": [0, 2, 9]}]}
+    last = {"client_accuracy": {"0": {"classifier": 75.0, "prototype": 50.0},
+                                "1": {"classifier": 100.0, "prototype": 90.0}}}
+    got = official_scores(summary, last)
+    assert got["classifier"] == pytest.approx([75.0, 100 * 220 / 280])
+    assert got["prototype"] == pytest.approx([62.5, 82.0])
+
+
+@pytest.mark.parametrize("ways, mean, std", [(3, 98.02, 0.50), (4, 97.79, 0.29), (5, 97.15, 0.23)])
+def test_the_official_scorer_on_the_committed_fedproto_runs(ways, mean, std):
+    """Issue 53's figures: the official scorer on our final FedProto runs (stdev of n 2, seed 0), mean ± np.std over
+    the 20 clients of its "with protos" figure (the paper: 97.13 ± 0.30, 96.80 ± 0.41, 96.70 ± 0.29)."""
+    run = Path(__file__).resolve().parent.parent / "results" / "runs" / f"fedproto_orig-mnist-{ways}way-seed0"
+    got = official_scores(json.loads((run / "summary.json").read_text()), read_jsonl(run / "metrics.jsonl")[-1])
+    assert len(got["prototype"]) == 20
+    assert (round(float(np.mean(got["prototype"])), 2), round(float(np.std(got["prototype"])), 2)) == (mean, std)
