@@ -582,13 +582,13 @@ def main(argv=None):
     say(f"    bf16-mixed: plain {bf16_plain:.1f}, fit_local {bf16_ours:.1f} images/s; bf16-mixed / 32-true: plain "
         f"{bf16_plain / ips_plain:6.3f}, fit_local {bf16_ours / ips_ours:6.3f}")
     if device.type == "cpu":
-        flags = cpu_flags()
+        cpu = cpu_flags()  # (not `flags`: the command's, which every rewrite of the file ends with)
         mkldnn = torch.ops.mkldnn._is_mkldnn_bf16_supported()
-        say(f"    native bfloat16 on this processor: {'yes' if native_bf16(flags) else 'no'} ("
-            + (", ".join(f for f in NATIVE_BF16_FLAGS if f in flags) or f"neither {' nor '.join(NATIVE_BF16_FLAGS)}")
+        say(f"    native bfloat16 on this processor: {'yes' if native_bf16(cpu) else 'no'} ("
+            + (", ".join(f for f in NATIVE_BF16_FLAGS if f in cpu) or f"neither {' nor '.join(NATIVE_BF16_FLAGS)}")
             + f" in /proc/cpuinfo's flags; torch's CPU capability {torch.backends.cpu.get_cpu_capability()}, "
             f"torch.ops.mkldnn._is_mkldnn_bf16_supported() {mkldnn}); --precision auto picks "
-            f"{'bf16-mixed' if native_bf16(flags) else '32-true'}")
+            f"{'bf16-mixed' if native_bf16(cpu) else '32-true'}")
     k_plain, k_ours = resnet_kernels(device, 128)
     say(f"    kernels per step (operators dispatched, views not counted): plain {k_plain:.1f}, fit_local {k_ours:.1f}")
     if not args.skip_ray:

@@ -75,7 +75,8 @@ def make_group(method: str, engine: str, shards, dtype, precision="32-true", lr=
     group.module = spec.client(TinyNet(10), group.cfg.hparams, lr=lr, momentum=0.9, weight_decay=1e-3)
     group.module.to(dtype).to(DEVICE)
     group.module.precision_mode = precision
-    group.module.transform = group.cfg.transform
+    if group.cfg.erasing:  # (the other tests keep the module's default transform, whatever the dataset's)
+        group.module.transform = group.cfg.transform
     group.client_states = {}
     group.own_models = {}  # rules that average no weights (FedProto as published, Local)
     return group

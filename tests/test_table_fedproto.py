@@ -98,7 +98,7 @@ def test_report_beside_the_paper(smoke):
     # beside each row: its per-client mean ± std (all rows), the official scorer's (FedProto's), the paper's statistic
     table = md.split("| method | stdev |")[1].split("\n\n")[0].splitlines()[2:]
     rows = [[c.strip() for c in line.strip("|").split("|")] for line in table]
-    assert len(rows) == 20 and all(len(cells) == 10 for cells in rows)
+    assert len(rows) == 20 and all(len(cells) == 11 for cells in rows)
     for name, *_, per_client, official, statistic, _, _ in rows:
         fedproto = name.startswith("fedproto")
         assert statistic == ("per client" if not fedproto else "–" if "(classifier)" in name else "official scorer")
