@@ -99,7 +99,7 @@ def test_report_beside_the_paper(smoke):
     table = md.split("| method | stdev |")[1].split("\n\n")[0].splitlines()[2:]
     rows = [[c.strip() for c in line.strip("|").split("|")] for line in table]
     assert len(rows) == 20 and all(len(cells) == 11 for cells in rows)
-    for name, *_, per_client, official, statistic, _, _ in rows:
+    for name, *_, per_client, official, statistic, _, _, _ in rows:  # then params, verdicts, flag
         fedproto = name.startswith("fedproto")
         assert statistic == ("per client" if not fedproto else "–" if "(classifier)" in name else "official scorer")
         assert per_client.count(" ± ") == 3 and official.count(" ± ") == (3 if fedproto else 0)
