@@ -64,9 +64,12 @@ def detectable(se: float, df: float) -> float:
 def seeds_needed(delta: float, std: float, start: int, paper_std: float | None = None,
                  paper_runs: int | None = None) -> int | None:
     """The fewest seeds (`start` to `MAX_SEEDS`) at which the test reaches `POWER` against `delta` with our spread
-    `std`; None beyond the cap (or without a difference)."""
+    `std`; None beyond the cap (or without a difference). Without a spread on either side (seeds that agree to the
+    bit, no paper std) any difference is certain: `start`."""
     if delta == 0:
         return None
+    if welch_se_df(std, start, paper_std, paper_runs)[0] == 0:
+        return start
     return next((n for n in range(start, MAX_SEEDS + 1) if power(delta, *welch_se_df(std, n, paper_std, paper_runs))
                  >= POWER), None)
 

@@ -205,7 +205,7 @@ def claim_lines(claims: list[tuple[Claim, float, ClaimVerdict]], dataset: str) -
                 "over the seeds both rows have; of a dataset's AVG, the paper's on the domains run, or its own where "
                 "it gives only an AVG):", "",
             "| claim | paper | ours | verdict |", "|---|---|---|---|",
-            *(f"| {c.label}: {c.what} | {gap:+.2f} | " + ("–" if v.mean is None else f"{v.mean:+.2f}")
+            *(f"| {c.label}: {c.what} | {c.words or f'{gap:+.2f}'} | " + ("–" if v.mean is None else f"{v.mean:+.2f}")
               + f" | {v.words()} |" for c, gap, v in rows)]
 
 

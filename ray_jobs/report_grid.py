@@ -6,23 +6,27 @@ of accuracy against the value (figures/table<name>/grid.png).
 The runs are the table's (method, preset) rows once per grid value (`ray_jobs.tables` `Table.grid`, planned as every
 table's by `ray_jobs.plan`); a value equal to the method's default is its plain run, the one Tables 1 and 2 report.
 The paper gives these figures as plots only: no numbers to compare, so the cells are ours alone, per method, value and
-domain the mean ± std over seeds of the table's metric (FedPLVM's: the final round).
+domain the mean ± std over seeds of the table's metric (FedPLVM's: the final round). What the paper says of them in
+words is the table's claims (`Table.claims`: a row above another), each tested paired over the seeds both rows have
+(`benchmark.verdicts.claim_verdict`, as every table's claims).
 """
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
 from benchmark.data import DATASETS
-from benchmark.results import run_complete
+from benchmark.results import read_summary, run_complete
+from benchmark.verdicts import ALPHA, MAX_SEEDS, POWER, claim_verdict
 from lightning_modules.registry import METHODS
 from ray_jobs.config import RunConfig
 from ray_jobs.figures import table_figures
-from ray_jobs.report import setting_line, write_report
+from ray_jobs.report import Verdicts, claim_lines, setting_line, write_report
 from ray_jobs.run import RunError
-from ray_jobs.tables import METRICS, TABLES, make_target, report_name
+from ray_jobs.tables import METRICS, TABLES, Claim, make_target, report_name
 
 
 def grid_cell(mean: float, std: float, seeds: int, planned: int) -> str:
@@ -32,6 +36,40 @@ def grid_cell(mean: float, std: float, seeds: int, planned: int) -> str:
     seeds, mean, std = int(seeds), round(float(mean), 6), round(float(std), 6)
     return (f"{mean:.2f}" + ("" if np.isnan(std) else f" ± {std:.2f}")
             + ("" if seeds == planned else f" ({seeds} seed{'s' * (seeds > 1)})"))
+
+
+def row_runs(table: str, profile: str, every: list[RunConfig], dataset: str, method: str,
+             value: float | None) -> list[RunConfig]:
+    """The planned runs of a grid's row on `dataset`: the method's at the grid `value`, or its plain run (None) even
+    where the method is no row of the grid (Figure 5's FPL: its runs of Tables 1 and 2, planned here as there)."""
+    spec = TABLES[table]
+    hparam, _ = spec.grid
+    mine = [c for c in every if c.dataset == dataset]
+    if any(c.method == method for c in mine):
+        value = METHODS[method].defaults[hparam] if value is None else value
+        return [c for c in mine if c.method == method and c.hparams[hparam] == value]
+    if value is not None:
+        return []
+    plain = []
+    for c in {c.seed: c for c in mine}.values():
+        cfg = RunConfig.from_preset(c.preset, method=method, seed=c.seed, domains=c.domains, data_root=c.data_root,
+                                    wandb_group=c.wandb_group, **spec.overrides(profile, c.preset))
+        plain.append(dataclasses.replace(cfg, out=str(Path(c.out).parent / cfg.run_name)))
+    return plain
+
+
+def grid_verdicts(table: str, profile: str, every: list[RunConfig]) -> Verdicts:
+    """The verdict of each of the grid's claims on the datasets it has runs of: the differences of the two rows' AVG
+    (the table's metric) seed by seed over the seeds both have complete, against the paper's words (minuend
+    above)."""
+    spec, out = TABLES[table], Verdicts()
+    for claim in (c for c in spec.claims if any(r.dataset == c.dataset for r in every)):
+        avg = [{c.seed: read_summary(Path(c.out))[spec.metric]["AVG"]
+                for c in row_runs(table, profile, every, claim.dataset, m, v) if run_complete(c)}
+               for m, v in ((claim.minuend, claim.minuend_value), (claim.subtrahend, claim.subtrahend_value))]
+        seeds = sorted(set(avg[0]) & set(avg[1]))
+        out.claims.append((claim, 1.0, claim_verdict([avg[0][s] - avg[1][s] for s in seeds], 1.0)))
+    return out
 
 
 def report(table: str, profile: str, runs: list[RunConfig], results_dir: Path) -> tuple[pd.DataFrame, dict]:
@@ -60,6 +98,14 @@ def report(table: str, profile: str, runs: list[RunConfig], results_dir: Path) -
              + ", is the method's plain run, the one of Tables 1 and 2 (`fedplvm12`). Accuracy (%) of the global "
              f"model, {METRICS[spec.metric]}; mean ± std over seeds {list(spec.seeds_for(profile))}"
              + ("" if len(runs) == len(every) else ", (n seeds) where fewer ran") + ".", ""]
+    ver = grid_verdicts(table, profile, every)
+    if ver.claims:
+        cells, claims = ver.counts()
+        lines += [f"Claims: what the paper says of this figure in words, a row above another, each tested on the "
+                  f"differences of the rows' AVG seed by seed over the seeds both have (at {ALPHA:.0%}: a paired "
+                  f"t-test with 3 pairs or more, a sign test with fewer; an undecided one: the seeds that would decide "
+                  f"it at {POWER:.0%} power from our spread, at most {MAX_SEEDS}): {claims['holds']} holding, "
+                  f"{claims['reversed']} reversed, {claims['undecided']} undecided.", ""]
     csv_rows = []
     for ds in dict.fromkeys(c.dataset for c in every):
         mine = [c for c in every if c.dataset == ds]
@@ -85,7 +131,7 @@ def report(table: str, profile: str, runs: list[RunConfig], results_dir: Path) -
                                      "ours_mean": round(float(row["mean"]), 4),
                                      "ours_std": None if std is None else round(std, 4), "seeds": n})
                 lines.append(f"| {m} | {label} | " + " | ".join(cells) + " |")
-        lines.append("")
+        lines += [*claim_lines(ver.claims, ds), ""]
     rel = f"figures/{name}"
     lines += [f"Figure: {METRICS[spec.metric]} against {hparam}, a line per method and domain (AVG thick), error bars "
               f"± std over seeds ([SVG]({rel}/grid.svg)).", "", f"![accuracy against {hparam}]({rel}/grid.png)", ""]

@@ -34,12 +34,11 @@ from benchmark.figures import grid_data
 from benchmark.provenance import hardware_label
 from benchmark.results import read_summary, run_complete
 from lightning_modules.registry import METHODS
-from ray_jobs import report_fedproto
+from ray_jobs import report_fedproto, report_grid
 from ray_jobs.cli import OneLineParser
 from ray_jobs.plan import plan
 from benchmark.verdicts import ALPHA, MARKS_LEGEND
 from ray_jobs.report import Verdicts, claim_lines, collect, verdicts
-from ray_jobs.report_grid import grid_cell
 from ray_jobs.tables import METRICS, TABLES, make_target, report_name
 
 README = Path(__file__).resolve().parent.parent / "README.md"
@@ -128,7 +127,7 @@ class Entry:
     table: str
     runs: int
     planned: int
-    verdicts: Verdicts | None = None  # None: a grid (no numbers in the paper)
+    verdicts: Verdicts | None = None  # a grid's: its claims alone (no numbers in the paper)
     taus: dict[str, float | None] = field(default_factory=dict)
 
 
@@ -190,7 +189,7 @@ def grid_table(table: str, runs_planned, domains: list[str] | None) -> tuple[lis
     spec = TABLES[table]
     hparam, values = spec.grid
     runs = [c for c in runs_planned if run_complete(c)]
-    entry = Entry(table, len(runs), len(runs_planned))
+    entry = Entry(table, len(runs), len(runs_planned), report_grid.grid_verdicts(table, "full", runs_planned))
     if not runs:
         return [f"## {spec.title}", "", f"Not run yet: `make {make_target(table)}`.", ""], entry
     data = grid_data([Path(c.out) for c in runs], hparam, spec.metric, domains=("AVG",)).set_index(
@@ -202,11 +201,13 @@ def grid_table(table: str, runs_planned, domains: list[str] | None) -> tuple[lis
            "| dataset | method | " + " | ".join(f"{hparam} {v:g}" for v in values) + " |",
            "|---|---|" + "---|" * len(values)]
     for ds, m in dict.fromkeys((c.dataset, c.method) for c in runs_planned):
-        cells = [(grid_cell(*data.loc[(ds, m, v), ["mean", "std", "seeds"]], len(spec.seeds))
+        cells = [(report_grid.grid_cell(*data.loc[(ds, m, v), ["mean", "std", "seeds"]], len(spec.seeds))
                   + (" *" if v == METHODS[m].defaults[hparam] else "")) if (ds, m, v) in data.index else "not run"
                  for v in values]
         out.append(f"| {NAMES[ds]} | {m} | " + " | ".join(cells) + " |")
-    return out + ["", f"![{spec.title}]({TO_ROOT}results/figures/{report_name(table)}/grid.png)", ""], entry
+    claims = [line for ds in dict.fromkeys(c.dataset for c in runs_planned)
+              for line in claim_lines(entry.verdicts.claims, ds)]
+    return out + ["", f"![{spec.title}]({TO_ROOT}results/figures/{report_name(table)}/grid.png)", *claims, ""], entry
 
 
 def fedproto_table(runs_planned) -> tuple[list[str], Entry]:
@@ -254,13 +255,10 @@ def anchor(heading: str) -> str:
 def summary_row(e: Entry) -> str:
     """A published table's row of the README's Results."""
     spec = TABLES[e.table]
-    if e.verdicts is None:
-        cells = claims = "– (a plot)"
-    else:
-        c, k = e.verdicts.counts()
-        cells = f"{c['consistent']} / {c['differs']} / {c['undecided']}"
-        claims = (f"{k['holds']} of {len(e.verdicts.claims)}" + (f" ({k['reversed']} reversed)" if k["reversed"]
-                                                                    else "") if e.verdicts.claims else "–")
+    c, k = e.verdicts.counts()
+    cells = "– (a plot)" if spec.grid else f"{c['consistent']} / {c['differs']} / {c['undecided']}"
+    claims = (f"{k['holds']} of {len(e.verdicts.claims)}" + (f" ({k['reversed']} reversed)" if k["reversed"]
+                                                                else "") if e.verdicts.claims else "–")
     taus = "; ".join(f"{NAMES[ds]} {'–' if t is None else f'{t:+.2f}'}" for ds, t in e.taus.items()) or "–"
     return (f"| [{spec.title}](docs/results.md#{anchor(spec.title)}) | {e.runs} of {e.planned} | {cells} | {claims} | "
             f"{taus} | [{report_name(e.table)}.md](results/{report_name(e.table)}.md) |")

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import time
 
 import tool_script
 
@@ -42,3 +43,32 @@ def test_a_sweep_killed_twice_resumes_to_the_undisturbed_sweeps_run_and_nothing_
     (run / "summary.json").write_text('{"final": ')
     assert [b.split(":")[0] for b in chaos.half_written(out / "chaos-local")] == [
         "runs/feddyn-seed0/checkpoints/round_0000.pt", "runs/feddyn-seed0/summary.json"]
+
+
+def test_what_a_killed_sweep_leaves_is_named_from_its_command_line(tmp_path):
+    """`end` names the processes it must kill: here a session of a sleeping sweep worker (spawned as the sweep spawns
+    them), multiprocessing's resource tracker beside it, and Ray's kinds from command lines Ray writes."""
+    script = tmp_path / "leaves.py"
+    script.write_text("import multiprocessing, os, time\n"
+                      "if __name__ == '__main__':\n"
+                      "    p = multiprocessing.get_context('spawn').Process(target=time.sleep, args=(60,))\n"
+                      "    p.start()\n"
+                      "    print('started', flush=True)\n"
+                      "    os._exit(0)\n")  # as SIGKILL would: the parent gone, its worker and tracker left
+    sweep = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True,
+                             start_new_session=True)
+    assert sweep.stdout.readline() == "started\n"
+    left = chaos.end(sweep, limit=2)
+    assert left["sweep worker"] == 1 and set(left) <= {"sweep worker", "resource tracker"}, left
+    for _ in range(100):  # killed: gone once reaped
+        if subprocess.run(["pgrep", "-s", str(sweep.pid)], capture_output=True).returncode == 1:
+            break
+        time.sleep(0.1)
+    else:
+        raise AssertionError("the session's processes outlived their SIGKILL")
+    ray = "/v/lib/python3.11/site-packages/ray"
+    assert chaos.process_kind(f"{ray}/core/src/ray/gcs/gcs_server --log_dir=/tmp/ray/x") == "gcs_server"
+    assert chaos.process_kind(f"/v/bin/python -u {ray}/autoscaler/_private/monitor.py --logs-dir=x") == "monitor.py"
+    assert chaos.process_kind("ray::ClientGroup.fit") == "ray::ClientGroup.fit"
+    assert chaos.process_kind("/v/bin/python -c from multiprocessing.resource_tracker import main;main(5)") == \
+        "resource tracker"

@@ -4,6 +4,7 @@ from a tiny made-up table."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -109,3 +110,40 @@ def test_a_tables_counts_from_a_tiny_made_up_table(tmp_path):
         ("fedavg minus fpl", 1.0, "reversed")]
     assert got.summary() == ("cells 7 consistent, 3 differ, 5 undecided; claims 1 holding, 1 reversed, "
                              "1 undecided")
+
+
+def test_a_grids_claims_pair_its_rows_and_fig5s_baseline_is_the_run_of_tables_1_and_2(tmp_path):
+    """FedPLVM's Figure 5, its claims in words (FedPLVM at each tau above FPL, the best baseline of Tables 1 and 2),
+    from made-up summaries in the folders the real planner gives: FedPLVM's grid runs, and FPL's runs as Table 1-2's
+    plan names them (FPL is no row of the grid). Digit-5: three pairs, a paired t-test by hand; Office-10: FPL's
+    seed 2 missing, two pairs, a sign test (p 0.5, undecided)."""
+    from benchmark.results import protocol
+    from ray_jobs.plan import plan
+    from ray_jobs.report_grid import grid_verdicts
+
+    def write(cfg, avg):
+        Path(cfg.out).mkdir(parents=True)
+        (Path(cfg.out) / "summary.json").write_text(json.dumps(
+            {"complete": True, "protocol": protocol(cfg), "final": {"AVG": avg}}))
+
+    domains = ["mnist", "usps", "syn", "mnistm", "amazon", "caltech", "dslr", "webcam"]
+    grid = plan("fedplvm_fig5", "full", domains, tmp_path, None, find_data=False)
+    fpl = [c for c in plan("fedplvm12", "full", domains, tmp_path, None, find_data=False) if c.method == "fpl"]
+    base = {"digit5": 50.0, "office10": 40.0}
+    for c in grid:
+        write(c, base[c.dataset] + 10 * c.hparams["tau"] + c.seed ** 2)  # tau 0.07, seed 2: 50 + 0.7 + 4
+    for c in fpl:
+        if not (c.dataset == "office10" and c.seed == 2):
+            write(c, base[c.dataset] + c.seed)
+    got = {(c.dataset, c.minuend_value): (gap, v) for c, gap, v in grid_verdicts("fedplvm_fig5", "full", grid).claims}
+    assert len(got) == 10 and all(gap == 1.0 for gap, _ in got.values())
+    d = np.array([0.7 + s ** 2 - s for s in range(3)])  # 0.7, 0.7, 2.7
+    t = d.mean() / (d.std(ddof=1) / np.sqrt(3))
+    _, v07 = got[("digit5", 0.07)]
+    assert (v07.test, v07.pairs) == ("paired t", 3) and v07.mean == pytest.approx(d.mean())
+    assert v07.p == pytest.approx(2 * stats.t.sf(t, 2), rel=1e-6) and v07.verdict == ("holds" if v07.p < 0.05 else
+                                                                                       "undecided")
+    _, office = got[("office10", 0.2)]
+    assert (office.test, office.pairs, office.p, office.verdict) == ("sign test", 2, 0.5, "undecided")
+    assert office.mean == pytest.approx(2.0)  # 40 + 2 + s^2 - (40 + s) over seeds 0, 1: 2, 2
+    assert office.needed == 3  # no spread at all: the third pair (a paired t-test) decides it

@@ -126,20 +126,38 @@ def half_written(root: Path) -> list[str]:
     return bad
 
 
-def end(sweep: subprocess.Popen) -> int:
+def process_kind(cmdline: str) -> str:
+    """What a left-behind process is, from its command line: a sweep's worker, multiprocessing's resource tracker, a
+    Ray worker (its `ray::` title) or one of Ray's own processes (its program's name)."""
+    if "resource_tracker" in cmdline:
+        return "resource tracker"
+    if "multiprocessing.spawn" in cmdline or "spawn_main" in cmdline:
+        return "sweep worker"
+    if cmdline.startswith("ray::"):
+        return cmdline.split()[0]
+    words = [w for w in cmdline.split() if not w.startswith("-")]
+    program = [w for w in words[:3] if not Path(w).name.startswith("python")]
+    return Path(program[0] if program else words[0]).name if words else "?"
+
+
+def end(sweep: subprocess.Popen, limit: float = 30) -> Counter:
     """Waits for the sweep process, then for what is left of its session (a killed sweep's workers stop themselves,
-    Ray's processes follow their driver) for up to 30 s, then SIGKILLs that; returns the processes so killed."""
+    Ray's processes follow their driver) for up to `limit` s, then SIGKILLs that; returns the kinds of the processes
+    so killed (`process_kind`), counted."""
     sweep.wait()
-    deadline = time.monotonic() + 30
+    deadline = time.monotonic() + limit
     while time.monotonic() < deadline:
         try:
             os.killpg(sweep.pid, 0)
         except ProcessLookupError:
-            return 0
+            return Counter()
         time.sleep(0.5)
-    left = subprocess.run(["pgrep", "-s", str(sweep.pid)], capture_output=True, text=True).stdout.split()
-    os.killpg(sweep.pid, signal.SIGKILL)
-    return len(left)
+    left = subprocess.run(["pgrep", "-a", "-s", str(sweep.pid)], capture_output=True, text=True).stdout.splitlines()
+    try:
+        os.killpg(sweep.pid, signal.SIGKILL)
+    except ProcessLookupError:  # they ended since
+        pass
+    return Counter(process_kind(line.split(maxsplit=1)[1]) for line in left if " " in line)
 
 
 def complete(results: Path, runs: int) -> bool:
@@ -162,7 +180,7 @@ def undisturbed(args, executor: str, results: Path, runs: int) -> tuple[float, f
 def under_fire(args, executor: str, results: Path, runs: int, kills: int, span: float, rng: random.Random) -> dict:
     """Sweeps started again and again until every run completes, `kills` SIGKILLs thrown at them first, each at a
     moment drawn uniformly from [0, span] s after its target is there (`span`: an undisturbed run's wall time)."""
-    made, seen, starts, leftovers, t0 = Counter(), [], 0, 0, time.monotonic()
+    made, seen, starts, leftovers, t0 = Counter(), [], 0, Counter(), time.monotonic()
     while not complete(results, runs):
         if starts == MAX_STARTS:
             sys.exit(f"error: {executor} runs still incomplete after {MAX_STARTS} sweep processes; see {results}")
@@ -249,7 +267,9 @@ def main(argv: list[str] | None = None) -> int:
           f"{runs * len(executors) - len(differ)} of {runs * len(executors)}" + (f"; differ: {differ}" * bool(differ)))
     print(f"files left half-written: {len(left)}" + (f" {left}" * bool(left)) + f"; seen right after a kill: "
           f"{len(seen)}" + (f" {seen}" * bool(seen)) + f"; temporary files of interrupted writes left: {len(temp)}")
-    print(f"processes left by killed sweeps (SIGKILLed after 30 s): {sum(f['leftovers'] for f in fire.values())}")
+    leftovers = sum((f["leftovers"] for f in fire.values()), Counter())
+    print(f"processes left by killed sweeps (SIGKILLed after 30 s): {sum(leftovers.values())}"
+          + f" ({', '.join(f'{k} {n}' for k, n in sorted(leftovers.items()))})" * bool(leftovers))
     print(f"time: undisturbed {minutes(sum(b[0] for b in base.values()))}, under fire "
           f"{minutes(sum(f['seconds'] for f in fire.values()))}, "
           f"lost {minutes(lost)}")
