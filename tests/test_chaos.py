@@ -7,6 +7,8 @@ import json
 import subprocess
 import sys
 import time
+from collections import Counter
+from pathlib import Path
 
 import tool_script
 
@@ -72,3 +74,47 @@ def test_what_a_killed_sweep_leaves_is_named_from_its_command_line(tmp_path):
     assert chaos.process_kind("ray::ClientGroup.fit") == "ray::ClientGroup.fit"
     assert chaos.process_kind("/v/bin/python -c from multiprocessing.resource_tracker import main;main(5)") == \
         "resource tracker"
+
+
+def test_passes_go_on_from_empty_folders_until_the_kills_asked_for_are_made(data_root, tmp_path, monkeypatch, capsys):
+    """Runs that complete before the kills asked for start another pass from empty folders: 3 kills over local and
+    Ray, each pass of the (stand-in) sweeps under fire making one kill: local's share 2 (two passes), Ray's 1 (one);
+    every pass's runs compared with the undisturbed sweep's, its resumes read from its logs, the time lost counted
+    against an undisturbed sweep per pass. Only the sweeps are stood in for (their timing decides the kills); the
+    test above runs them."""
+    def run_folder(results: Path, loss: float) -> None:
+        run = results / "runs" / "feddyn-seed0"
+        run.mkdir(parents=True)
+        (run / "metrics.jsonl").write_text(json.dumps({"round": 0, "accuracy": {"AVG": 50.0}, "client_loss": 1.0,
+                                                       "train_loss": loss}) + "\n")
+        (run / "summary.json").write_text(json.dumps({"final": {"AVG": 50.0}, "wall_time_s": 1.0,
+                                                      "finished_utc": "x", "peak_memory": {}}))
+
+    def undisturbed(args, executor, results, runs):
+        run_folder(results, 2.0)
+        (results / "sweep.log").write_text("")
+        return 60.0, 30.0
+
+    asked = []
+
+    def under_fire(args, executor, results, runs, kills, span, rng):
+        asked.append((executor, results.name, kills))
+        run_folder(results, 2.0 if results.name != "chaos-ray" else 2.5)  # Ray's pass differs from its reference
+        (results / "sweep.log").write_text("note: resuming feddyn-seed0 after round 1\n")
+        return {"kills": Counter({"sweep": 1}), "starts": 2, "seconds": 100.0, "seen": [],
+                "leftovers": Counter({"sweep worker": 1})}
+
+    monkeypatch.setattr(chaos, "undisturbed", undisturbed)
+    monkeypatch.setattr(chaos, "under_fire", under_fire)
+    code = chaos.main(["--out", str(tmp_path / "c"), "--kills", "3", "--methods", "feddyn", "--seeds", "0",
+                       "--data-root", str(data_root)])
+    said = capsys.readouterr().out
+    assert asked == [("local", "chaos-local", 2), ("local", "chaos-local-pass2", 1), ("ray", "chaos-ray", 1)]
+    assert "kills: 3 (sweep 3)" in said
+    assert "passes (each from empty folders until every run completes): local 2, ray 1; sweep processes started: " \
+           "local 4, ray 2; runs resumed from a checkpoint: 3 of 3 (3 resumes)" in said
+    assert "runs identical to the undisturbed sweep's (metrics.jsonl, summary.json; timings aside): 2 of 3; " \
+           "differ: ['chaos-ray/feddyn-seed0']" in said
+    assert "processes left by killed sweeps (SIGKILLed after 30 s): 3 (sweep worker 3)" in said
+    assert "lost 2 min 0 s" in said  # 300 s under fire, 3 passes of a 60 s undisturbed sweep
+    assert code == 1  # a run differs

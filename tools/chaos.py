@@ -2,10 +2,11 @@
 per-client state) and FPL, seeds 0 and 1, once with the local executor (2 runs at once in worker processes) and once
 with Ray (2 runs at once on a Ray instance of its own), first undisturbed, then with SIGKILLs at moments drawn from
 --seed: a client actor, a driver actor, a run's worker process or the sweep process itself; each killed sweep is
-started again (it resumes its runs) until every run completes. Then every run's metrics.jsonl and summary.json are
-compared with the undisturbed sweep's (timings aside, as tests/test_reliability.py compares), every file is read
-back, and the figures printed. Exit code 0 when every run is identical, no file is half-written and the kills asked
-for were made.
+started again (it resumes its runs) until every run completes; where the runs complete before the kills asked for
+were made, another pass starts from empty folders (chaos-<executor>-pass2, ...). Then every run's metrics.jsonl and
+summary.json are compared with the undisturbed sweep's (timings aside, as tests/test_reliability.py compares), every
+file is read back, and the figures printed. Exit code 0 when every run is identical, no file is half-written and the
+kills asked for were made.
 
     python tools/chaos.py --out /tmp/chaos --kills 20 --seed 0     # the campaign of docs/reliability.md
     python tools/chaos.py --out /tmp/chaos --kills 2 --methods feddyn --seeds 0 --executors local   # a short one
@@ -40,6 +41,7 @@ KINDS = {"local": ("run process", "sweep"), "ray": ("client actor", "driver acto
 AT_ONCE = 2  # runs at once, with either executor
 RAY_CPUS = 6  # the chaos sweep's own Ray instance: 2 runs of a driver and 2 client actors, 1 CPU each
 MAX_STARTS = 200  # sweep processes per executor before the campaign gives up
+MAX_PASSES = 10  # passes per executor (each from empty folders) before the campaign stops short of its kills
 RESUMED = re.compile(r"note: resuming (\S+) after round (\d+)")
 
 
@@ -246,31 +248,43 @@ def main(argv: list[str] | None = None) -> int:
     runs = len(args.methods.split(",")) * len(args.seeds.split(","))
     rng = random.Random(args.seed)
     base = {ex: undisturbed(args, ex, out / f"undisturbed-{ex}", runs) for ex in executors}
-    fire = {}
-    for i, ex in enumerate(executors):  # the kills left, split over the executors left (a sweep may complete first)
-        left = args.kills - sum(sum(f["kills"].values()) for f in fire.values())
-        fire[ex] = under_fire(args, ex, out / f"chaos-{ex}", runs, -(-left // (len(executors) - i)), base[ex][1], rng)
+    fire, folders = {}, {ex: [] for ex in executors}
+    for i, ex in enumerate(executors):  # the kills left, split over the executors left
+        share = -(-(args.kills - sum(sum(f["kills"].values()) for f in fire.values())) // (len(executors) - i))
+        passes = []
+        # a pass: from empty folders until every run completes; another while this executor's share of kills is not
+        # made (its runs can complete before the kills asked for: each kill resumes them from their checkpoints)
+        while not passes or (sum(sum(f["kills"].values()) for f in passes) < share and len(passes) < MAX_PASSES):
+            folders[ex].append(out / (f"chaos-{ex}" + (f"-pass{len(passes) + 1}" if passes else "")))
+            passes.append(under_fire(args, ex, folders[ex][-1], runs,
+                                     share - sum(sum(f["kills"].values()) for f in passes), base[ex][1], rng))
+        fire[ex] = {"kills": sum((f["kills"] for f in passes), Counter()), "starts": sum(f["starts"] for f in passes),
+                    "seconds": sum(f["seconds"] for f in passes), "seen": [b for f in passes for b in f["seen"]],
+                    "leftovers": sum((f["leftovers"] for f in passes), Counter()), "passes": len(passes)}
     kills = sum((f["kills"] for f in fire.values()), Counter())
-    differ = [f"{ex}/{name}" for ex in executors for name in compared(out / f"undisturbed-{ex}", out / f"chaos-{ex}")]
-    said = {ex: resumes(out / f"chaos-{ex}") for ex in executors}
-    left = [f"chaos-{ex}/{b}" for ex in executors for b in half_written(out / f"chaos-{ex}")]
+    made = {ex: [(d, out / f"undisturbed-{ex}") for d in folders[ex]] for ex in executors}
+    differ = [f"{d.name}/{name}" for ex in executors for d, ref in made[ex] for name in compared(ref, d)]
+    said = {d.name: resumes(d) for ex in executors for d in folders[ex]}
+    left = [f"{d.name}/{b}" for ex in executors for d in folders[ex] for b in half_written(d)]
     seen = [b for f in fire.values() for b in f["seen"]]
     temp = sorted(str(p.relative_to(out)) for p in out.rglob(".*.tmp*"))
-    lost = sum(f["seconds"] for f in fire.values()) - sum(b[0] for b in base.values())
+    lost = sum(f["seconds"] for f in fire.values()) - sum(base[ex][0] * fire[ex]["passes"] for ex in executors)
+    total = runs * sum(f["passes"] for f in fire.values())
     print(f"kills: {sum(kills.values())} ({', '.join(f'{k} {n}' for k, n in sorted(kills.items()))}), moments drawn "
           f"from seed {args.seed}")
     starts = ", ".join(f"{ex} {fire[ex]['starts']}" for ex in executors)
-    print(f"sweep processes started: {starts}; "
-          f"runs resumed from a checkpoint: {len({(ex, n) for ex in executors for n, _ in said[ex]})} of "
-          f"{runs * len(executors)} ({sum(map(len, said.values()))} resumes)")
+    passes = ", ".join(f"{ex} {fire[ex]['passes']}" for ex in executors)
+    print(f"passes (each from empty folders until every run completes): {passes}; sweep processes started: {starts}; "
+          f"runs resumed from a checkpoint: {len({(d, n) for d in said for n, _ in said[d]})} of "
+          f"{total} ({sum(map(len, said.values()))} resumes)")
     print(f"runs identical to the undisturbed sweep's (metrics.jsonl, summary.json; timings aside): "
-          f"{runs * len(executors) - len(differ)} of {runs * len(executors)}" + (f"; differ: {differ}" * bool(differ)))
+          f"{total - len(differ)} of {total}" + (f"; differ: {differ}" * bool(differ)))
     print(f"files left half-written: {len(left)}" + (f" {left}" * bool(left)) + f"; seen right after a kill: "
           f"{len(seen)}" + (f" {seen}" * bool(seen)) + f"; temporary files of interrupted writes left: {len(temp)}")
     leftovers = sum((f["leftovers"] for f in fire.values()), Counter())
     print(f"processes left by killed sweeps (SIGKILLed after 30 s): {sum(leftovers.values())}"
           + f" ({', '.join(f'{k} {n}' for k, n in sorted(leftovers.items()))})" * bool(leftovers))
-    print(f"time: undisturbed {minutes(sum(b[0] for b in base.values()))}, under fire "
+    print(f"time: undisturbed {minutes(sum(b[0] for b in base.values()))} (once per pass in the time lost), under fire "
           f"{minutes(sum(f['seconds'] for f in fire.values()))}, "
           f"lost {minutes(lost)}")
     return 0 if not differ and not left and sum(kills.values()) >= args.kills else 1
