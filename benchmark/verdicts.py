@@ -157,6 +157,11 @@ class ClaimVerdict:
         return text if self.verdict != "undecided" else text[:-1] + f"; {needed_words(self.needed, self.spread)})"
 
 
+def paired_claim(minuend: dict[int, float], subtrahend: dict[int, float], paper_gap: float) -> ClaimVerdict:
+    """`claim_verdict` of two rows given seed -> value, paired over the seeds both have."""
+    return claim_verdict([minuend[s] - subtrahend[s] for s in sorted(set(minuend) & set(subtrahend))], paper_gap)
+
+
 def claim_verdict(diffs: list[float], paper_gap: float) -> ClaimVerdict:
     """Our differences seed by seed (minuend minus subtrahend) against the paper's claim that the gap is `paper_gap`
     (its sign): a paired t-test of the differences with three or more, a two-sided sign test with fewer."""

@@ -22,8 +22,8 @@ from benchmark.results import LAST_K, atomic_write, read_jsonl, read_summary, ru
 from ray_jobs.config import RunConfig
 from ray_jobs.figures import runs_line, table_figures
 from ray_jobs.run import RunError
-from benchmark.verdicts import (ALPHA, MAX_SEEDS, POWER, CellVerdict, ClaimVerdict, cell_verdict, claim_verdict,
-                                mark_counts)
+from benchmark.verdicts import (ALPHA, MAX_SEEDS, POWER, CellVerdict, ClaimVerdict, cell_verdict, mark_counts,
+                                paired_claim)
 from ray_jobs.tables import GAP_NOTES, METRICS, TABLES, Claim, Table, make_target, report_name
 
 FLAG_POINTS = 2.0
@@ -151,10 +151,8 @@ def verdicts(spec: Table, agg: pd.DataFrame, kept: dict[str, list[str]]) -> Verd
         for claim in (c for c in spec.claims if c.dataset == ds):
             avg = {m: dict(zip(sub.loc[(m, "AVG"), "seed_list"], sub.loc[(m, "AVG"), "values"]))
                    if (m, "AVG") in sub.index else {} for m in (claim.minuend, claim.subtrahend)}
-            seeds = sorted(set(avg[claim.minuend]) & set(avg[claim.subtrahend]))
             gap = claim_paper_gap(spec, claim, domains, doms)
-            diffs = [avg[claim.minuend][s] - avg[claim.subtrahend][s] for s in seeds]
-            out.claims.append((claim, gap, claim_verdict(diffs, gap)))
+            out.claims.append((claim, gap, paired_claim(avg[claim.minuend], avg[claim.subtrahend], gap)))
     return out
 
 

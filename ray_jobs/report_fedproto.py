@@ -31,7 +31,7 @@ from benchmark.protocols import FEDPROTO_FIGURE3_SHOTS
 from benchmark.results import FEATURES_FILE, atomic_write, read_jsonl, read_summary, run_complete
 from ray_jobs.config import RunConfig
 from ray_jobs.figures import runs_line, table_figures
-from benchmark.verdicts import MARKS_LEGEND, cell_verdict, claim_verdict, mark_counts
+from benchmark.verdicts import MARKS_LEGEND, cell_verdict, mark_counts, paired_claim
 from ray_jobs.report import Verdicts, claim_lines, gap_note, verdict_columns
 from ray_jobs.run import RunError
 from ray_jobs.tables import TABLES
@@ -130,9 +130,8 @@ def verdicts(df: pd.DataFrame) -> Verdicts:
         for m in (claim.minuend, claim.subtrahend):
             g = head[(head.method == m) & (head.stdev == int(claim.dataset.split()[1]))].groupby("seed").acc
             per_seed[m] = {s: v for s, v, n in zip(g.mean().index, g.mean(), g.count()) if n == len(WAYS)}
-        seeds = sorted(set(per_seed[claim.minuend]) & set(per_seed[claim.subtrahend]))
-        out.claims.append((claim, claim.paper, claim_verdict(
-            [per_seed[claim.minuend][s] - per_seed[claim.subtrahend][s] for s in seeds], claim.paper)))
+        out.claims.append((claim, claim.paper, paired_claim(per_seed[claim.minuend], per_seed[claim.subtrahend],
+                                                            claim.paper)))
     return out
 
 

@@ -20,13 +20,13 @@ import pandas as pd
 
 from benchmark.data import DATASETS
 from benchmark.results import read_summary, run_complete
-from benchmark.verdicts import ALPHA, MAX_SEEDS, POWER, claim_verdict
+from benchmark.verdicts import ALPHA, MAX_SEEDS, POWER, paired_claim
 from lightning_modules.registry import METHODS
 from ray_jobs.config import RunConfig
 from ray_jobs.figures import table_figures
 from ray_jobs.report import Verdicts, claim_lines, setting_line, write_report
 from ray_jobs.run import RunError
-from ray_jobs.tables import METRICS, TABLES, Claim, make_target, report_name
+from ray_jobs.tables import METRICS, TABLES, make_target, report_name
 
 
 def grid_cell(mean: float, std: float, seeds: int, planned: int) -> str:
@@ -62,13 +62,18 @@ def grid_verdicts(table: str, profile: str, every: list[RunConfig]) -> Verdicts:
     """The verdict of each of the grid's claims on the datasets it has runs of: the differences of the two rows' AVG
     (the table's metric) seed by seed over the seeds both have complete, against the paper's words (minuend
     above)."""
-    spec, out = TABLES[table], Verdicts()
+    spec, out, rows = TABLES[table], Verdicts(), {}
+
+    def avg(dataset: str, method: str, value: float | None) -> dict[int, float]:  # a row's, read once
+        if (dataset, method, value) not in rows:
+            rows[(dataset, method, value)] = {c.seed: read_summary(Path(c.out))[spec.metric]["AVG"] for c in
+                                              row_runs(table, profile, every, dataset, method, value)
+                                              if run_complete(c)}
+        return rows[(dataset, method, value)]
+
     for claim in (c for c in spec.claims if any(r.dataset == c.dataset for r in every)):
-        avg = [{c.seed: read_summary(Path(c.out))[spec.metric]["AVG"]
-                for c in row_runs(table, profile, every, claim.dataset, m, v) if run_complete(c)}
-               for m, v in ((claim.minuend, claim.minuend_value), (claim.subtrahend, claim.subtrahend_value))]
-        seeds = sorted(set(avg[0]) & set(avg[1]))
-        out.claims.append((claim, 1.0, claim_verdict([avg[0][s] - avg[1][s] for s in seeds], 1.0)))
+        out.claims.append((claim, 1.0, paired_claim(avg(claim.dataset, claim.minuend, claim.minuend_value),
+                                                    avg(claim.dataset, claim.subtrahend, claim.subtrahend_value), 1.0)))
     return out
 
 
@@ -100,7 +105,7 @@ def report(table: str, profile: str, runs: list[RunConfig], results_dir: Path) -
              + ("" if len(runs) == len(every) else ", (n seeds) where fewer ran") + ".", ""]
     ver = grid_verdicts(table, profile, every)
     if ver.claims:
-        cells, claims = ver.counts()
+        claims = ver.counts()[1]
         lines += [f"Claims: what the paper says of this figure in words, a row above another, each tested on the "
                   f"differences of the rows' AVG seed by seed over the seeds both have (at {ALPHA:.0%}: a paired "
                   f"t-test with 3 pairs or more, a sign test with fewer; an undecided one: the seeds that would decide "

@@ -251,19 +251,19 @@ def main(argv: list[str] | None = None) -> int:
     fire, folders = {}, {ex: [] for ex in executors}
     for i, ex in enumerate(executors):  # the kills left, split over the executors left
         share = -(-(args.kills - sum(sum(f["kills"].values()) for f in fire.values())) // (len(executors) - i))
-        passes = []
+        passes, made = [], 0
         # a pass: from empty folders until every run completes; another while this executor's share of kills is not
         # made (its runs can complete before the kills asked for: each kill resumes them from their checkpoints)
-        while not passes or (sum(sum(f["kills"].values()) for f in passes) < share and len(passes) < MAX_PASSES):
+        while not passes or (made < share and len(passes) < MAX_PASSES):
             folders[ex].append(out / (f"chaos-{ex}" + (f"-pass{len(passes) + 1}" if passes else "")))
-            passes.append(under_fire(args, ex, folders[ex][-1], runs,
-                                     share - sum(sum(f["kills"].values()) for f in passes), base[ex][1], rng))
+            passes.append(under_fire(args, ex, folders[ex][-1], runs, share - made, base[ex][1], rng))
+            made += sum(passes[-1]["kills"].values())
         fire[ex] = {"kills": sum((f["kills"] for f in passes), Counter()), "starts": sum(f["starts"] for f in passes),
                     "seconds": sum(f["seconds"] for f in passes), "seen": [b for f in passes for b in f["seen"]],
                     "leftovers": sum((f["leftovers"] for f in passes), Counter()), "passes": len(passes)}
     kills = sum((f["kills"] for f in fire.values()), Counter())
-    made = {ex: [(d, out / f"undisturbed-{ex}") for d in folders[ex]] for ex in executors}
-    differ = [f"{d.name}/{name}" for ex in executors for d, ref in made[ex] for name in compared(ref, d)]
+    differ = [f"{d.name}/{name}" for ex in executors for d in folders[ex]
+              for name in compared(out / f"undisturbed-{ex}", d)]
     said = {d.name: resumes(d) for ex in executors for d in folders[ex]}
     left = [f"{d.name}/{b}" for ex in executors for d in folders[ex] for b in half_written(d)]
     seen = [b for f in fire.values() for b in f["seen"]]
