@@ -171,6 +171,8 @@ TABLES: dict[str, Table] = {
     "fedapc": Table("FedAPC Tables I and II (8 clients; fedapc_noaug: Table II, without augmentation)",
                     [(m, p) for p in ("fedapc-digits", "fedapc-office") for m in paper.FEDAPC], paper.FEDAPC,
                     communication=True, paper_runs=paper.RUNS["fedapc"],
+                    # smoke: FedAPC, its ablation and FedAvg (MOON's and FedProto's runs are Table 2's smoke rows')
+                    smoke_methods=("fedavg", "fedapc", "fedapc_noaug"),
                     # the paper's claims: FedAPC above every row of Table I, and above its ablation (Table II)
                     claims=(*above("Table I", paper.FEDAPC_TABLE1, "fedapc"),
                             *above("Table II", paper.FEDAPC_TABLE2, "fedapc"))),
