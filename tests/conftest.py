@@ -64,7 +64,12 @@ def isolated_env(tmp_path_factory):
             os.environ[k] = v
 
 
-SUITE_THREADS = torch.get_num_threads()  # the process's CPU thread count as the suite begins
+# the CPU thread count each test's body starts with: this process's share of the machine's cores under
+# pytest-xdist (`make test`: 2 workers), at least 1. Two workers each running torch's 2 OpenMP threads on the 2 cores
+# took 298 s for 28 engine tests that take 11 s with 1 thread each, or alone with 2 (2026-11-29): a descheduled
+# OpenMP thread keeps its team waiting at every parallel region
+SUITE_THREADS = max(1, torch.get_num_threads() // int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")))
+torch.set_num_threads(SUITE_THREADS)
 
 
 @pytest.fixture(autouse=True)
