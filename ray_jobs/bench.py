@@ -476,24 +476,28 @@ def shares(phases: dict) -> str:
 
 
 SMALL_RUN = dict(rounds=2, local_epochs=1, eval_max=None)  # (3) and (5): the second round of this run is measured
-# sizes per profile: (2) images and repeats, (4) clients/samples/repeats, methods and precisions, and clients of
-# unequal sizes (stacks: clients of each size, the sizes (Digits' MNIST, USPS, SYN shares: 600, 72, 100; on the CPU
-# scaled down with the batch, so that the clients take as many steps), batch, epochs, repeats), (5) the small runs
-# (phases: on top of SMALL_RUN) and the full runs (full: on top of the preset), (6) per-client models and repeats,
-# (7) training images, evaluation images and repeats, (8) the settings over the fedplvm-digit5 preset (none: the
-# paper's protocol), (9) the settings over the scale presets, (10) the settings over SMALL_RUN and the repeats
+# sizes per profile: (1) the tiny model's images, epochs and repeats, (2) images, epochs and repeats (kernels: the
+# images and batch of its kernel count, 2 steps an epoch), (4) clients/samples/epochs/repeats, methods and precisions,
+# and clients of unequal sizes (stacks: clients of each size, the sizes (Digits' MNIST, USPS, SYN shares: 600, 72,
+# 100; on the CPU scaled down with the batch, so that the clients take as many steps), batch, epochs, repeats), (5)
+# the small runs (phases: on top of SMALL_RUN) and the full runs (full: on top of the preset), (6) per-client models
+# and repeats, (7) training images, evaluation images and repeats, (8) the settings over the fedplvm-digit5 preset
+# (none: the paper's protocol), (9) the settings over the scale presets, (10) the settings over SMALL_RUN and the
+# repeats. The small profile (a test of every section's code path) trains as few images as each line allows: on a CPU
+# without native bfloat16 its bf16-mixed lines train at 2-3 images/s
 PROFILES = {
-    "cpu": dict(resnet=(192, 1, 3), engines=(3, 128, 1, 2), methods=("fedavg",), precisions=("32-true", "bf16-mixed"),
+    "cpu": dict(loop=(640, 5, 15), resnet=(192, 1, 3), kernels=(128, 64), engines=(3, 128, 1, 2),
+                methods=("fedavg",), precisions=("32-true", "bf16-mixed"),
                 local=(dict(client_fraction=0.3, eval_max=None), 2),
                 stacks=(2, (150, 18, 25), 16, 1, 2), phases=dict(client_fraction=0.3), checkpoint=(20, 3),
                 memory=(192, 1000, 3), fedplvm=dict(), scale=dict(local_epochs=1)),
-    "cuda": dict(resnet=(640, 2, 5), engines=(10, 600, 1, 3), methods=("fedavg", "fpl"),
-                 precisions=("32-true", "bf16-mixed"), stacks=(2, (600, 72, 100), 64, 1, 3),
+    "cuda": dict(loop=(640, 5, 15), resnet=(640, 2, 5), kernels=(128, 64), engines=(10, 600, 1, 3),
+                 methods=("fedavg", "fpl"), precisions=("32-true", "bf16-mixed"), stacks=(2, (600, 72, 100), 64, 1, 3),
                  phases=dict(client_fraction=0.3), full=dict(eval_max=None), checkpoint=(20, 3), memory=(640, 1000, 5),
                  fedplvm=dict(), scale=dict()),
-    "small": dict(resnet=(64, 1, 1), engines=(2, 64, 1, 1), methods=("fedavg", "fpl"),
-                  local=(dict(client_fraction=0.05, eval_max=50), 1),
-                  precisions=("32-true", "bf16-mixed"), stacks=(2, (20, 3, 5), 4, 1, 1),
+    "small": dict(loop=(128, 1, 2), resnet=(16, 1, 1), kernels=(16, 8), engines=(2, 16, 1, 1),
+                  methods=("fedavg", "fpl"), local=(dict(client_fraction=0.05, eval_max=50), 1),
+                  precisions=("32-true", "bf16-mixed"), stacks=(2, (8, 3, 5), 4, 1, 1),
                   phases=dict(client_fraction=0.05, eval_max=50),
                   full=dict(rounds=1, local_epochs=1, client_fraction=0.05, eval_max=50), checkpoint=(2, 1),
                   memory=(64, 100, 1), fedplvm=dict(local_epochs=1, batch_size=8, client_fraction=0.05, eval_max=50),
@@ -560,8 +564,10 @@ def main(argv=None):
     say(f"make bench  {time.strftime('%Y-%m-%d %H:%M')}  device: {device} ({hw}), torch {torch.__version__}, "
         f"{torch.get_num_threads()} threads, load average {os.getloadavg()[0]:.1f} at start, profile {args.profile}")
     say()
-    steps, t_plain, t_ours, t_trainer = loop_overhead(device, repeats=15 if args.profile == "auto" else 2)
-    say(f"(1) client loop overhead, tiny model, {steps} steps of batch 64 per client-round (best of 15, interleaved)")
+    n, epochs, repeats = prof["loop"]
+    steps, t_plain, t_ours, t_trainer = loop_overhead(device, n, epochs, repeats)
+    say(f"(1) client loop overhead, tiny model, {steps} steps of batch 64 per client-round (best of {repeats}, "
+        "interleaved)")
     say(f"    plain PyTorch loop        {1e3 * t_plain:8.2f} ms per client-round  "
         f"{1e3 * t_plain / steps:7.3f} ms per step")
     say(f"    LightningModule fit_local {1e3 * t_ours:8.2f} ms per client-round  "
@@ -574,7 +580,8 @@ def main(argv=None):
     say()
     n, epochs, repeats = prof["resnet"]
     ips_plain, ips_ours, bf16_plain, bf16_ours = resnet_throughput(device, n, epochs, repeats, precisions=PRECISIONS)
-    say(f"(2) ResNet-10 training throughput ({n * epochs} images per measurement, batch 64, best of {repeats}, both "
+    say(f"(2) ResNet-10 training throughput ({n * epochs} images per measurement, batch {min(64, n)}, best of "
+        f"{repeats}, both "
         "precisions interleaved)")
     say(f"    plain PyTorch loop        {ips_plain:9.1f} images/s")
     say(f"    LightningModule fit_local {ips_ours:9.1f} images/s")
@@ -589,7 +596,7 @@ def main(argv=None):
             + f" in /proc/cpuinfo's flags; torch's CPU capability {torch.backends.cpu.get_cpu_capability()}, "
             f"torch.ops.mkldnn._is_mkldnn_bf16_supported() {mkldnn}); --precision auto picks "
             f"{'bf16-mixed' if native_bf16(cpu) else '32-true'}")
-    k_plain, k_ours = resnet_kernels(device, 128)
+    k_plain, k_ours = resnet_kernels(device, *prof["kernels"])
     say(f"    kernels per step (operators dispatched, views not counted): plain {k_plain:.1f}, fit_local {k_ours:.1f}")
     if not args.skip_ray:
         say()
@@ -606,7 +613,7 @@ def main(argv=None):
     # (4) and (7) with cuDNN's heuristic algorithms unless a line says otherwise (the runs in process of (5), (8) and
     # (9) set torch.backends.cudnn.benchmark as their config says: on, the runs' default)
     torch.backends.cudnn.benchmark = False
-    say(f"(4) client engines: {clients} clients of {n} samples, {epochs} local epoch, batch 64, ResNet-10 "
+    say(f"(4) client engines: {clients} clients of {n} samples, {epochs} local epoch, batch {min(64, n)}, ResNet-10 "
         f"(best of {repeats}, interleaved; cuDNN benchmark off but where a line says on)")
     plain = {}  # FedAvg in 32-true, for the --cudnn-benchmark line
     for method in prof["methods"]:
@@ -623,9 +630,9 @@ def main(argv=None):
     # the ceiling of a stack's step: one model on the stack's images in one batch (the same images per step as the
     # fused engine's, without the clients' own weights: plain convolutions, not grouped ones)
     (ceiling,) = resnet_throughput(device, clients * n, epochs, repeats, batch=clients * 64, ours=False)
-    say(f"    one model, the {clients} clients' images in batches of {clients * 64} (plain loop: a stack's step "
-        f"without its clients' own weights) {ceiling:9.1f} images/s, {ceiling / plain['equal']['fused']:6.3f} x the "
-        "fused engine (FedAvg, 32-true)")
+    say(f"    one model, the {clients} clients' images in batches of {clients * min(64, n)} (plain loop: a stack's "
+        f"step without its clients' own weights) {ceiling:9.1f} images/s, "
+        f"{ceiling / plain['equal']['fused']:6.3f} x the fused engine (FedAvg, 32-true)")
     per_size, sizes, batch, epochs, repeats = prof["stacks"]
     unequal = [m for m in sizes for _ in range(per_size)]
     ips = plain["unequal"] = engine_throughput(device, "fedavg", unequal, epochs, repeats, batch=batch,
@@ -664,7 +671,7 @@ def main(argv=None):
         f"{on['fused']:.1f} against {plain['equal']['fused']:.1f} images/s, "
         f"{on['fused'] / plain['equal']['fused']:6.3f}; its first round (compiling) {on['fused first s']:.1f} s")
     t_each, t_one = input_batches(device, clients, n, repeats)
-    say(f"    fused step input ({clients} clients x 64 augmented images): one gather per client "
+    say(f"    fused step input ({clients} clients x {min(64, n)} augmented images): one gather per client "
         f"{1e3 * t_each:7.2f} ms, one for all {1e3 * t_one:7.2f} ms per step, per client / one {t_each / t_one:6.2f}")
     if device.type == "cuda" or args.profile == "small":
         say()

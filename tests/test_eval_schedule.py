@@ -43,7 +43,7 @@ def test_schedule_by_hand():
 
 @pytest.mark.parametrize("method,preset,kw", [
     # a global model tested in the driver, FINCH-clustered prototypes in the payload
-    ("fpl", None, dict(dataset="office_caltech", client_fraction=0.05, eval_max=40)),
+    ("fpl", None, dict(dataset="office_caltech", domains=["webcam", "dslr"], client_fraction=0.05, eval_max=40)),
     # no global model: each client tests its own model on its own test samples in its group
     ("fedproto_orig", "fedproto-mnist-n3", dict(client_fraction=0.1)),
 ])
