@@ -295,11 +295,15 @@ def test_a_method_that_averages_no_weights_has_no_aggregation():
     from ray_jobs.config import RunConfig
 
     runs = Path(__file__).resolve().parent.parent / "results" / "runs"
-    for method in ("fedproto_orig", "fedproto_mh", "local"):
-        cfg = RunConfig.from_preset("fedproto-mnist-n3", method=method)
-        cfg = RunConfig.from_preset("fedproto-mnist-n3", method=method, out=str(runs / cfg.run_name))
+    # (FedProto's n = 3 run was made again on 2026-11-29 and records "uniform", its n = 4 run "samples": both complete)
+    for method, preset, was in [("fedproto_orig", "fedproto-mnist-n4", "samples"),
+                                ("fedproto_mh", "fedproto-mnist-n3", "samples"),
+                                ("local", "fedproto-mnist-n3", "samples"),
+                                ("fedproto_orig", "fedproto-mnist-n3", "uniform")]:
+        cfg = RunConfig.from_preset(preset, method=method)
+        cfg = RunConfig.from_preset(preset, method=method, out=str(runs / cfg.run_name))
         recorded = json.loads((Path(cfg.out) / "summary.json").read_text())["protocol"]
-        assert recorded["aggregation"] == "samples" and cfg.aggregation == "uniform"
+        assert recorded["aggregation"] == was and cfg.aggregation == "uniform"
         assert protocol(cfg)["aggregation"] is None and run_complete(cfg)
         assert protocol_difference(recorded, protocol(cfg)) == []
     fedavg = RunConfig.from_preset("fedproto-mnist-n3", method="fedavg")
@@ -321,10 +325,12 @@ def test_the_official_scorer_by_hand():
     assert got["prototype"] == pytest.approx([62.5, 82.0])
 
 
-@pytest.mark.parametrize("ways, mean, std", [(3, 98.02, 0.50), (4, 97.79, 0.29), (5, 97.15, 0.23)])
+@pytest.mark.parametrize("ways, mean, std", [(3, 97.90, 0.67), (4, 97.79, 0.29), (5, 97.15, 0.23)])
 def test_the_official_scorer_on_the_committed_fedproto_runs(ways, mean, std):
     """Issue 53's figures: the official scorer on our final FedProto runs (stdev of n 2, seed 0), mean ± np.std over
-    the 20 clients of its "with protos" figure (the paper: 97.13 ± 0.30, 96.80 ± 0.41, 96.70 ± 0.29)."""
+    the 20 clients of its "with protos" figure (the paper: 97.13 ± 0.30, 96.80 ± 0.41, 96.70 ± 0.29). n = 3's run was
+    made again on 2026-11-29 for its features (issue 53 quoted 98.02 ± 0.50 from the run of 2026-11-28, on a processor
+    with AVX512: the two differ from round 0 in the 7th digit of a loss)."""
     run = Path(__file__).resolve().parent.parent / "results" / "runs" / f"fedproto_orig-mnist-{ways}way-seed0"
     got = official_scores(json.loads((run / "summary.json").read_text()), read_jsonl(run / "metrics.jsonl")[-1])
     assert len(got["prototype"]) == 20
