@@ -21,9 +21,7 @@ from pathlib import Path
 from scipy.stats import kendalltau
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from benchmark.results import read_jsonl  # noqa: E402
-
-LAST_K = 5
+from benchmark.results import LAST_K, read_jsonl  # noqa: E402
 
 
 def accuracies(run_dir: Path) -> dict[int, float]:
