@@ -7,6 +7,7 @@ the paper what we know of why (`gap_note`). FedProto's Tables 1 and 2 have their
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections import Counter
 from dataclasses import dataclass, field
@@ -24,7 +25,7 @@ from ray_jobs.figures import runs_line, table_figures
 from ray_jobs.run import RunError
 from benchmark.verdicts import (ALPHA, MAX_SEEDS, POWER, CellVerdict, ClaimVerdict, cell_verdict, mark_counts,
                                 paired_claim)
-from ray_jobs.tables import GAP_NOTES, METRICS, TABLES, Claim, Table, make_target, report_name
+from ray_jobs.tables import GAP_NOTES, METRICS, TABLES, Claim, Reading, Table, make_target, report_name
 
 FLAG_POINTS = 2.0
 MB = 1e6
@@ -207,6 +208,61 @@ def claim_lines(claims: list[tuple[Claim, float, ClaimVerdict]], dataset: str) -
               + f" | {v.words()} |" for c, gap, v in rows)]
 
 
+def reading_run(planned: list[RunConfig], dataset: str, seed: int, r: Reading, erasing: bool) -> RunConfig | None:
+    """The run of reading `r` (its method's planned run with its hyperparameters and `erasing`) of this dataset and
+    seed, in the planned run's results folder; None where the table plans no such row."""
+    c = next((c for c in planned if (c.dataset, c.seed, c.method) == (dataset, seed, r.method)), None)
+    if c is None:
+        return None
+    cfg = dataclasses.replace(c, hparams={**c.hparams, **r.hparams}, erasing=erasing)
+    return dataclasses.replace(cfg, out=str(Path(c.out).parent / cfg.run_name))
+
+
+def reading_lines(spec: Table, dataset: str, planned: list[RunConfig], profile: str) -> list[str]:
+    """The table's readings (`Table.readings`) on a dataset: each one's metric AVG over the seeds it has run, and
+    its gap to each control paired over the seeds both have (the paper's gap beside it where both are paper rows, and
+    the paired test of `benchmark.verdicts`); a reading not run yet, with its command; nothing where none has run."""
+    if not spec.readings:
+        return []
+    seeds = spec.seeds_for(profile)
+    preset = next(c.preset for c in planned if c.dataset == dataset)
+
+    def avgs(r: Reading, erasing: bool) -> dict[int, float]:
+        got = {s: reading_run(planned, dataset, s, r, erasing) for s in seeds}
+        return {s: read_summary(Path(c.out))[spec.metric]["AVG"] for s, c in got.items()
+                if c is not None and run_complete(c)}
+
+    def paper_gap(r: Reading, c: Reading) -> float | None:
+        plain = not (r.hparams or r.erasing or c.hparams or c.erasing)
+        rows = [spec.paper.get(m, {}).get(dataset, {}).get("AVG") for m in (r.method, c.method)]
+        return rows[0] - rows[1] if plain and None not in rows else None
+
+    header = ["reading", "seeds", "AVG", *(f"− {c.what}" for c in spec.reading_controls)]
+    lines = ["", f"Readings of {spec.readings[0].method} where its paper is silent, each beside the rows it is paired "
+             "with seed by seed (the mean of the differences over the seeds both have; the paper's gap in brackets "
+             "where both are its rows; a control marked with erasing runs with the reading's erasing):", "",
+             "| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    not_run = []
+    for r in spec.readings:
+        mine = avgs(r, r.erasing)
+        if not mine:
+            not_run.append(r)
+            continue
+        cells = [r.what, ", ".join(map(str, mine)), f"{np.mean(list(mine.values())):.2f}"]
+        for c in spec.reading_controls:
+            theirs = avgs(c, c.erasing and r.erasing)
+            gap = paper_gap(r, c)
+            v = paired_claim(mine, theirs, 0.0 if gap is None else gap)
+            cells.append("–" if v.mean is None else f"{v.mean:+.2f}" + ("" if gap is None else f" ({gap:+.2f})")
+                         + f", {v.pairs} pair{'s' * (v.pairs > 1)}" + ("" if gap is None else f"; {v.verdict}"))
+        lines.append("| " + " | ".join(cells) + " |")
+    if len(not_run) == len(spec.readings):  # none on this dataset (its rows not run either)
+        return []
+    if not_run:
+        lines += ["", "Not run yet: " + "; ".join(f"{r.what} (`{r.command(preset)}`)" for r in not_run) + "."]
+    return lines
+
+
 def report(table: str, profile: str, runs: list[RunConfig], results_dir: Path) -> pd.DataFrame:
     """results_dir/table<N>.md and .csv (`report_name`): ours (mean, std over seeds) beside the paper,
     differences, change against FedAvg, rank order, and where the table asks, what a client uploads and
@@ -330,6 +386,7 @@ def report(table: str, profile: str, runs: list[RunConfig], results_dir: Path) -
         if spec.client_avg is not None:
             lines += client_avg_lines(spec, methods, sub, c0, kept, refs)
         lines += cell_verdict_lines(ver.cells, ds, sub, refs) + claim_lines(ver.claims, ds)
+        lines += reading_lines(spec, ds, every, profile)
         lines.append("")
     fig_dir = results_dir / "figures" / name
     figs = table_figures(table, [Path(c.out) for c in runs], fig_dir, f"{spec.title}, {profile} profile")

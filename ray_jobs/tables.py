@@ -48,6 +48,24 @@ class Claim:
     words: str | None = None
 
 
+@dataclass(frozen=True)
+class Reading:
+    """A reading of a method where its paper is silent (FedAPC's, which has no code): the method with these
+    hyperparameters and training-batch erasing, run beside the table's rows on the seeds it has (a screen first), and
+    reported with its gaps to `Table.reading_controls` paired seed by seed (`ray_jobs.report.reading_lines`). Its runs
+    are in the results folder's runs/ under their `RunConfig.run_name`; the sweep plans none of them."""
+    what: str  # the words: what the reading changes
+    method: str  # a row of the table
+    hparams: dict = field(default_factory=dict)  # over the method's defaults
+    erasing: bool = False  # RunConfig.erasing
+
+    def command(self, preset: str) -> str:
+        """The command that makes its run of seed S (replace S)."""
+        return " ".join([f"python -m ray_jobs.run --preset {preset} --method {self.method}",
+                         *(f"--hp {k}={v}" for k, v in self.hparams.items()), *(["--erasing"] * self.erasing),
+                         "--seed S"])
+
+
 def above(label: str, numbers: dict, best: str, others=None, datasets=None) -> tuple[Claim, ...]:
     """The claims that `best` is above each of `others` (default: every other row of `numbers`) on the AVG of each
     dataset both rows have in `numbers` (or of `datasets`)."""
@@ -95,6 +113,11 @@ class Table:
     # runs its means are over (`paper.RUNS`): Welch's t-test of a cell where both are known, else a one-sample t-test
     paper_std: dict = field(default_factory=dict)
     paper_runs: int | None = None
+    # readings of a method where its paper is silent, and the rows they are paired with (their gaps: the paper's where
+    # both are its rows without hyperparameters or erasing); the report's section on them (`Reading`)
+    # (a control with `erasing` set runs with the reading's erasing: FedAvg with the same erasing as each reading)
+    readings: tuple[Reading, ...] = ()
+    reading_controls: tuple[Reading, ...] = ()
 
     def row_list(self, profile: str = "full") -> list[tuple[str, str]]:
         rows = self.rows() if callable(self.rows) else self.rows
@@ -175,7 +198,19 @@ TABLES: dict[str, Table] = {
                     smoke_methods=("fedavg", "fedapc", "fedapc_noaug"),
                     # the paper's claims: FedAPC above every row of Table I, and above its ablation (Table II)
                     claims=(*above("Table I", paper.FEDAPC_TABLE1, "fedapc"),
-                            *above("Table II", paper.FEDAPC_TABLE2, "fedapc"))),
+                            *above("Table II", paper.FEDAPC_TABLE2, "fedapc")),
+                    # issue 53's screen of where FedAPC's gain could come from (docs/fedapc.md): each against
+                    # FedAvg, FedAvg with the same training-batch erasing (to split a gain between augmentation and
+                    # prototypes) and FedAPC without augmentation (Table II)
+                    readings=(Reading("as the table runs it: eval-mode prototypes after training, tau 0.02", "fedapc"),
+                              Reading("prototypes from the last epoch's training batches (Alg. 1)", "fedapc",
+                                      {"prototypes": "last_epoch"}),
+                              Reading("training batches erased too", "fedapc", erasing=True),
+                              Reading("tau 0.1", "fedapc", {"tau": 0.1}),
+                              Reading("tau 0.5", "fedapc", {"tau": 0.5})),
+                    reading_controls=(Reading("FedAvg", "fedavg"),
+                                      Reading("FedAvg with the same erasing", "fedavg", erasing=True),
+                                      Reading("FedAPC without augmentation", "fedapc_noaug"))),
     # every registered method that is not an ablation variant, read from the registry when the sweep
     # plans, so a method registered later joins without an edit; the paper values are FPL's Table 2; smoke: Table
     # 2's methods (their runs shared with Table 2's smoke sweep) and one of each other kind of communication (none,
