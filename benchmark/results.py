@@ -134,9 +134,10 @@ LATER_KEYS = {"aggregation": "samples", "client_init": "shared", "dirichlet_alph
 # (and its variants') `lambda`, its weight on CPCL + UPCR, whose loss had no weight before (1); FedPLVM's `dp_budget`
 # (2026-11-26), whose DP-SGD spent its budget over the whole run before ("run"); FedAPC's `prototypes` (2026-11-28),
 # a pass after local training before ("after"); FedOpt's `step_from` (2026-11-29), whose step started from the global
-# model before ("global", Reddi et al.'s); FedDyn's `max_grad_norm` (2026-11-29), no clipping before (None)
+# model before ("global", Reddi et al.'s); FedDyn's `max_grad_norm` (2026-11-29), no clipping before (None), and its
+# `momentum` (2026-11-29), the protocol's before (None)
 LATER_HPARAMS = {"lambda": 1.0, "dp_budget": "run", "prototypes": "after", "step_from": "global",
-                 "max_grad_norm": None}
+                 "max_grad_norm": None, "momentum": None}
 
 
 def protocol(cfg) -> dict:

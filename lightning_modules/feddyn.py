@@ -9,7 +9,8 @@ there: CE + alpha_k <w, h_k - w_sent> + ((alpha_k + weight decay) / 2) ||w||^2, 
 quadratic term through SGD's weight decay; h_k, the client's state (0 at first),
 accumulates w_k - w_sent after each round. This is the paper's
 CE - <g_k, w> + (alpha_k / 2) ||w - w_sent||^2 with g_k = -alpha_k h_k, up to a constant.
-SGD keeps the protocol's momentum 0.9; no gradient clipping (docs/deviations.md, 9).
+SGD keeps the protocol's momentum (FPL's 0.9) and clips no gradient unless asked: Acar et al.'s
+`momentum` 0 and `max_grad_norm` 10 are hyperparameters (docs/deviations.md, 9).
 h_k is held in buffers `h_<i>` (one per parameter) and alpha_k in the buffer `alpha_k`, so
 that the fused engine gives every client its own (clients of other sizes, hence other
 alpha_k, train in one stack); configure_optimizers reads each client's weight decay from it.
@@ -54,7 +55,8 @@ class FedDynClient(ClientModule):
         return self.alpha_k * torch.stack([(p * (h - w)).sum() for p, h, w in zip(params, self.hs(), self.sent)]).sum()
 
     def configure_optimizers(self):
-        return torch.optim.SGD(self.net.parameters(), lr=self.lr, momentum=self.momentum,
+        momentum = self.momentum if self.hparams["momentum"] is None else self.hparams["momentum"]
+        return torch.optim.SGD(self.net.parameters(), lr=self.lr, momentum=momentum,
                                weight_decay=self.weight_decay + float(self.alpha_k))
 
     def client_state(self):

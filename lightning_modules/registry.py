@@ -51,6 +51,19 @@ def _positive(*names, optional=False):
     return check
 
 
+def _fraction(*names, optional=False):
+    """A check that each named hyperparameter is a number in [0, 1) (or, `optional`, null: the protocol's)."""
+    def check(hp):
+        for n in names:
+            v = hp[n]
+            if optional and v is None:
+                continue
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 <= v < 1:
+                raise HyperparameterError(f"{n} must be a number in [0, 1)"
+                                          f"{', or null for the protocol' if optional else ''} (got {v!r}).")
+    return check
+
+
 def _positive_int(*names):
     def check(hp):
         for n in names:
@@ -87,9 +100,7 @@ def _all(*checks):
 def _check_fedopt(hp):
     _positive("server_lr")(hp)
     _choices(weighting=("uniform", "samples"), step_from=("mean", "global"))(hp)
-    m = hp["server_momentum"]
-    if isinstance(m, bool) or not isinstance(m, (int, float)) or not 0 <= m < 1:
-        raise HyperparameterError(f"server_momentum must be a number in [0, 1) (got {m!r}).")
+    _fraction("server_momentum")(hp)
 
 
 def _check_fpl(hp):
@@ -158,8 +169,10 @@ register(Method(
     defaults=dict(
         alpha=0.01,  # dynamic regulariser weight, scaled per client by its data share as Acar et al.'s code (dev. 9)
         max_grad_norm=None,  # each local step's gradients clipped to this L2 norm (Acar et al.: 10); None: not (dev. 9)
+        momentum=None,  # the local SGD's momentum (Acar et al.: 0); None: the protocol's (FPL's 0.9) (dev. 9)
     ),
-    validate=_all(_positive("alpha"), _positive("max_grad_norm", optional=True)), description="FedDyn",
+    validate=_all(_positive("alpha"), _positive("max_grad_norm", optional=True), _fraction("momentum", optional=True)),
+    description="FedDyn",
 ))
 register(Method(
     name="fedopt", client=FedAvgClient, server=FedOptServer,

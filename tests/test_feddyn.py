@@ -19,7 +19,7 @@ from benchmark.models import ResNet10
 from benchmark.transforms import normalize
 from lightning_modules.clients import ClientGroup
 from lightning_modules.feddyn import FedDynClient, FedDynServer
-from lightning_modules.registry import METHODS
+from lightning_modules.registry import METHODS, HyperparameterError
 from ray_jobs.config import RunConfig
 from ray_jobs.driver import Driver
 
@@ -51,8 +51,12 @@ def linear_client(alpha, share, w_sent, b_sent, h=None, **kw):
 def test_registry_defaults():
     m = METHODS["feddyn"]
     assert m.client is FedDynClient and m.server is FedDynServer
-    assert m.defaults == {"alpha": 0.01, "max_grad_norm": None}
+    assert m.defaults == {"alpha": 0.01, "max_grad_norm": None, "momentum": None}
     assert FedDynServer.client_weight(m.defaults, 500) == 1.0  # the unweighted mean over clients
+    with pytest.raises(HyperparameterError, match=r"^momentum must be a number in \[0, 1\), or null for the "
+                                                  r"protocol \(got 1\.0\)\.$"):
+        RunConfig(method="feddyn", hparams={"momentum": 1.0})
+    assert RunConfig(method="feddyn", hparams={"momentum": 0.0}).run_name == "feddyn-digits-code-momentum0-seed0"
 
 
 def test_adaptive_alpha_linear_term_gradient_and_state_hand_numbers():
@@ -115,25 +119,27 @@ def shards_of_usps(data_root):
 
 
 def test_clipped_local_steps_equal_torchs_sgd_with_clip_grad_norm(shards_of_usps):
-    """`max_grad_norm` (Acar et al.'s `clip_grad_norm_` at 10 in `train_feddyn_mdl`): fit_local's steps equal an
-    independent loop over the same batches: the loss's gradient clipped to the norm, then SGD with momentum and weight
-    decay wd + alpha_k; the clipping bites at 0.05 (other weights than without it)."""
+    """`max_grad_norm` (Acar et al.'s `clip_grad_norm_` at 10 in `train_feddyn_mdl`) and `momentum` (Acar et al.'s
+    0): fit_local's steps equal an independent loop over the same batches: the loss's gradient clipped to the norm,
+    then SGD with the momentum (the protocol's 0.9 when None) and weight decay wd + alpha_k; the clipping bites at
+    0.05 and momentum 0 moves other weights than 0.9."""
     from benchmark.transforms import Transform
     from lightning_modules.base import augmented_batch, batches, fit_local
 
     x, y = shards_of_usps
     trained = {}
-    for clip in (None, 0.05):
+    for clip, momentum in ((None, None), (0.05, None), (None, 0.0)):
         torch.manual_seed(0)
-        module = make_client(TinyNet(10), lr=0.05, max_grad_norm=clip)
+        module = make_client(TinyNet(10), lr=0.05, max_grad_norm=clip, momentum=momentum)
         module.transform = Transform(augment=False)
         state = module.initial_client_state(0, {"id": 0, "data_share": 1.0})
         module.start_round(0, None, {k: v.clone() for k, v in module.net.state_dict().items()}, state)
         ref = copy.deepcopy(module.net)
         fit_local(module, x, y, 2, 4, torch.Generator().manual_seed(3))
-        trained[clip] = [p.detach().clone() for p in module.net.parameters()]
+        trained[clip, momentum] = [p.detach().clone() for p in module.net.parameters()]
         sent = [p.detach().clone() for p in ref.parameters()]
-        opt = torch.optim.SGD(ref.parameters(), lr=0.05, momentum=0.9, weight_decay=1e-5 + 0.01)
+        opt = torch.optim.SGD(ref.parameters(), lr=0.05, momentum=0.9 if momentum is None else momentum,
+                              weight_decay=1e-5 + 0.01)
         g = torch.Generator().manual_seed(3)
         ref.train()
         for _ in range(2):
@@ -146,9 +152,10 @@ def test_clipped_local_steps_equal_torchs_sgd_with_clip_grad_norm(shards_of_usps
                 if clip:
                     torch.nn.utils.clip_grad_norm_(list(ref.parameters()), clip)
                 opt.step()
-        for a, b in zip(trained[clip], ref.parameters()):
+        for a, b in zip(trained[clip, momentum], ref.parameters()):
             torch.testing.assert_close(a, b.detach())
-    assert max(float((a - b).abs().max()) for a, b in zip(trained[None], trained[0.05])) > 1e-3
+    for other in ((0.05, None), (None, 0.0)):
+        assert max(float((a - b).abs().max()) for a, b in zip(trained[None, None], trained[other])) > 1e-3
 
 
 def test_new_client_starts_from_zero_h_after_another_client():
