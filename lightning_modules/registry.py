@@ -38,30 +38,28 @@ class HyperparameterError(ValueError):
     pass
 
 
-def _positive(*names, optional=False):
-    """A check that each named hyperparameter is a number above 0 (or, `optional`, null: off)."""
+def _number(names, within, words: str, null_words: str | None):
+    """A check that each named hyperparameter is a number `within(v)` says is allowed (`words`), or, where
+    `null_words` is given, null (what null means)."""
     def check(hp):
         for n in names:
             v = hp[n]
-            if optional and v is None:
+            if null_words is not None and v is None:
                 continue
-            if isinstance(v, bool) or not isinstance(v, (int, float)) or not v > 0:
-                raise HyperparameterError(f"{n} must be a number > 0{', or null for none' if optional else ''} "
-                                          f"(got {v!r}).")
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not within(v):
+                raise HyperparameterError(f"{n} must be a number {words}"
+                                          f"{'' if null_words is None else f', or null {null_words}'} (got {v!r}).")
     return check
+
+
+def _positive(*names, optional=False):
+    """A check that each named hyperparameter is a number above 0 (or, `optional`, null: off)."""
+    return _number(names, lambda v: v > 0, "> 0", "for none" if optional else None)
 
 
 def _fraction(*names, optional=False):
     """A check that each named hyperparameter is a number in [0, 1) (or, `optional`, null: the protocol's)."""
-    def check(hp):
-        for n in names:
-            v = hp[n]
-            if optional and v is None:
-                continue
-            if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 <= v < 1:
-                raise HyperparameterError(f"{n} must be a number in [0, 1)"
-                                          f"{', or null for the protocol' if optional else ''} (got {v!r}).")
-    return check
+    return _number(names, lambda v: 0 <= v < 1, "in [0, 1)", "for the protocol" if optional else None)
 
 
 def _positive_int(*names):
