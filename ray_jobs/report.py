@@ -227,13 +227,20 @@ def reading_lines(spec: Table, dataset: str, planned: list[RunConfig], profile: 
     seeds = spec.seeds_for(profile)
     preset = next(c.preset for c in planned if c.dataset == dataset)
 
+    read: dict[tuple, dict[int, float]] = {}  # a control's summaries read once for every reading beside it
+
     def avgs(r: Reading, erasing: bool) -> dict[int, float]:
-        got = {s: reading_run(planned, dataset, s, r, erasing) for s in seeds}
-        return {s: read_summary(Path(c.out))[spec.metric]["AVG"] for s, c in got.items()
-                if c is not None and run_complete(c)}
+        key = (r.method, tuple(sorted(r.hparams.items())), erasing)
+        if key not in read:
+            got = {s: reading_run(planned, dataset, s, r, erasing) for s in seeds}
+            read[key] = {s: read_summary(Path(c.out))[spec.metric]["AVG"] for s, c in got.items()
+                         if c is not None and run_complete(c)}
+        return read[key]
 
     def paper_gap(r: Reading, c: Reading) -> float | None:
-        plain = not (r.hparams or r.erasing or c.hparams or c.erasing)
+        """The paper's gap where both runs are its rows: no hyperparameter and no erasing as run (a control marked
+        with erasing runs without it beside a reading without it)."""
+        plain = not (r.hparams or r.erasing or c.hparams)
         rows = [spec.paper.get(m, {}).get(dataset, {}).get("AVG") for m in (r.method, c.method)]
         return rows[0] - rows[1] if plain and None not in rows else None
 
