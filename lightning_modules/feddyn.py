@@ -23,8 +23,12 @@ mean of all N clients' h_k, as Acar et al.'s code (`cld_mdl_param = avg_mdl_para
 np.mean(local_param_list)`): each round it moves by m / N times (avg - the model sent),
 m of the N clients having trained; an undrawn client's h_k is left as it was. The model evaluated is avg
 (`avg_model`), not the one sent. Parameters only; BatchNorm buffers take the mean in both.
+Each round records the L2 norms (over the parameters, float64) of the evaluated model, of the
+drift and of the model sent (`server_norms` in metrics.jsonl; tools/feddyn_norms.py reads them).
 """
 from __future__ import annotations
+
+import math
 
 import torch
 
@@ -86,3 +90,9 @@ class FedDynServer(FedAvgServer):
 
     def evaluated_state(self, global_state):
         return global_state if self.avg is None else self.avg
+
+    def round_record(self, global_state):
+        def norm(state):
+            return math.sqrt(sum(float(torch.as_tensor(state[k]).double().pow(2).sum()) for k in self.param_keys))
+        return {"server_norms": {"evaluated": norm(self.evaluated_state(global_state)),
+                                 "drift": norm(self.drift) if self.drift else 0.0, "sent": norm(global_state)}}

@@ -142,6 +142,11 @@ class ServerRule(ABC):
         """The model the driver tests after the round: the global state the clients get next."""
         return global_state
 
+    def round_record(self, global_state: State) -> dict:
+        """Figures of the rule's own state after a round's aggregation (`global_state`: the state it made), recorded
+        with the round in metrics.jsonl: none unless the rule has some worth reading (FedDyn's norms)."""
+        return {}
+
     @abstractmethod
     def aggregate(self, global_state: State, mean64: State, round_idx: int, share: float = 1.0) -> State:
         """The next global state_dict (dtypes of `global_state`) from the current one and the float64

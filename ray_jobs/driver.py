@@ -249,6 +249,7 @@ class Driver:
             "evaluated": acc is not None,
             **({} if acc is None else {"accuracy": acc}),
             **({} if per_client is None else {"client_accuracy": client_accuracies(per_client)}),
+            **self.rule.round_record(self.global_state),
             "train_loss": float(np.mean([losses[c] for c in sorted(losses)])),
             "client_loss": {str(c): losses[c] for c in sorted(losses)},
             "communication": {"per_client": comm, "mean_per_client": communication.mean_per_client(comm)},
