@@ -1,6 +1,6 @@
 """FedDyn's weights round by round: the norms of the model the server evaluates (avg, the clients' mean), of its drift
 (the mean of the clients' h_k) and of the model it sends (avg + drift), beside the round's mean client loss and test
-accuracy (docs/fpl.md, FedDyn's stability). Every FedDyn run records the norms in its metrics.jsonl
+accuracy (docs/deviations.md, 9). Every FedDyn run records the norms in its metrics.jsonl
 (`server_norms`), so a run made, or running, with `python -m ray_jobs.run` is read, not made again:
 
     python tools/feddyn_norms.py --run results/runs/feddyn-office_caltech-default-max_grad_norm10-seed0 --csv n.csv
