@@ -374,7 +374,8 @@ GAP_NOTES: dict[tuple[str, str, str, str], GapNote] = {
         "the reference's server averages its clients unweighted (docs/deviations.md, 10), so Amazon's clients (153 "
         "images each under seed 0's split) count as much as DSLR's (25 each); the paper's FedOpt row, from that code, "
         "also falls below its FedAvg row on Amazon (by {:.2f}) and rises above it on Webcam (by {:.2f}), as "
-        "ours did with Reddi et al.'s step (results/measured/fedopt-office-step-from-global)".format(
+        "ours does with either server step (the reference's, results/runs; Reddi et al.'s, "
+        "results/measured/fedopt-office-step-from-global)".format(
             *(abs(paper.TABLE2["fedopt"]["office_caltech"][d] - paper.TABLE2["fedavg"]["office_caltech"][d])
               for d in ("amazon", "webcam"))), side="below"),
     ("*", "digit5", "*", "syn"): GapNote("our SYN is FPL's SYN, a stand-in for FedPLVM's SynthDigits "
