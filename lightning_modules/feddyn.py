@@ -91,8 +91,7 @@ class FedDynServer(FedAvgServer):
     def evaluated_state(self, global_state):
         return global_state if self.avg is None else self.avg
 
-    def round_record(self, global_state):
+    def round_record(self, global_state):  # after `aggregate`: avg and drift are this round's
         def norm(state):
-            return math.sqrt(sum(float(torch.as_tensor(state[k]).double().pow(2).sum()) for k in self.param_keys))
-        return {"server_norms": {"evaluated": norm(self.evaluated_state(global_state)),
-                                 "drift": norm(self.drift) if self.drift else 0.0, "sent": norm(global_state)}}
+            return math.sqrt(sum(float(state[k].double().pow(2).sum()) for k in self.param_keys))
+        return {"server_norms": {"evaluated": norm(self.avg), "drift": norm(self.drift), "sent": norm(global_state)}}

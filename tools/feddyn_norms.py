@@ -29,10 +29,14 @@ from ray_jobs.run import build_parser, config_from_args, plan_run_clients  # noq
 COLUMNS = ("round", "evaluated_norm", "drift_norm", "sent_norm", "client_loss", "accuracy")
 
 
+class RunFolderError(ValueError):
+    """--run names no folder with a FedDyn run's recorded norms; the message says why."""
+
+
 def row(rec: dict) -> dict:
     """A round's row (COLUMNS) from its metrics record."""
     if "server_norms" not in rec:
-        raise ValueError(f"round {rec['round']} records no server_norms: not a FedDyn run, or made before FedDyn "
+        raise RunFolderError(f"round {rec['round']} records no server_norms: not a FedDyn run, or made before FedDyn "
                          "recorded them (2026-11-30); make it again, or run this tool without --run")
     n = rec["server_norms"]
     return {"round": rec["round"], "evaluated_norm": n["evaluated"], "drift_norm": n["drift"], "sent_norm": n["sent"],
@@ -42,7 +46,7 @@ def row(rec: dict) -> dict:
 def recorded(run_dir: Path) -> list[dict]:
     """The rows of a run folder's rounds so far (metrics.jsonl, or the committed metrics.jsonl.gz)."""
     if not (run_dir / "metrics.jsonl").exists() and not (run_dir / METRICS_ARCHIVE).exists():
-        raise FileNotFoundError(f"{run_dir} has no metrics.jsonl: give a run folder (results/runs/<run name>)")
+        raise RunFolderError(f"{run_dir} has no metrics.jsonl: give a run folder (results/runs/<run name>)")
     return [row(rec) for rec in read_jsonl(run_dir / "metrics.jsonl")]
 
 
@@ -69,18 +73,17 @@ def main(argv=None) -> int:
     args.method, args.executor, args.eval_every = "feddyn", "local", 1
     rows = []
     try:
-        print(" ".join(f"{c:>14}" for c in COLUMNS), flush=True)
         if args.run:
-            rows = recorded(args.run)
-            for r in rows:
-                print_row(r)
+            made = recorded(args.run)
         else:
             cfg = config_from_args(args)
             torch.set_num_threads(max(1, int(cfg.cpus_per_actor)))
-            for r in rounds(cfg):
-                rows.append(r)
-                print_row(r)
-    except (ConfigError, HyperparameterError, DataError, FileNotFoundError, ValueError) as e:
+            made = rounds(cfg)
+        print(" ".join(f"{c:>14}" for c in COLUMNS), flush=True)
+        for r in made:
+            rows.append(r)
+            print_row(r)
+    except (ConfigError, HyperparameterError, DataError, RunFolderError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
     if args.csv:
