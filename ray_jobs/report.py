@@ -25,7 +25,7 @@ from ray_jobs.figures import runs_line, table_figures
 from ray_jobs.run import RunError
 from benchmark.verdicts import (ALPHA, MAX_SEEDS, POWER, CellVerdict, ClaimVerdict, cell_verdict, mark_counts,
                                 paired_claim)
-from ray_jobs.tables import GAP_NOTES, METRICS, TABLES, Claim, Reading, Table, make_target, report_name
+from ray_jobs.tables import GAP_NOTES, METRICS, OWN, TABLES, Claim, Reading, Table, make_target, report_name
 
 FLAG_POINTS = 2.0
 MB = 1e6
@@ -219,10 +219,11 @@ def reading_run(planned: list[RunConfig], dataset: str, seed: int, r: Reading, e
 
 
 def reading_lines(spec: Table, dataset: str, planned: list[RunConfig], profile: str) -> list[str]:
-    """The table's readings (`Table.readings`) on a dataset: each one's metric AVG over the seeds it has run, and
-    its gap to each control paired over the seeds both have (the paper's gap beside it where both are paper rows, and
-    the paired test of `benchmark.verdicts`); a reading not run yet, with its command; nothing where none has run."""
-    if not spec.readings:
+    """The table's readings (`Table.readings`) on a dataset, a section per method: each one's metric AVG over the
+    seeds it has run, and its gap to each control paired over the seeds both have (the paper's gap beside it where
+    both are paper rows, and the paired test of `benchmark.verdicts`); a reading not run yet, with its command;
+    nothing for a method none of whose readings has run, or on a dataset the table shows no readings for."""
+    if not spec.readings or dataset not in (spec.reading_datasets or [dataset]):
         return []
     seeds = spec.seeds_for(profile)
     preset = next(c.preset for c in planned if c.dataset == dataset)
@@ -245,28 +246,35 @@ def reading_lines(spec: Table, dataset: str, planned: list[RunConfig], profile: 
         return rows[0] - rows[1] if plain and None not in rows else None
 
     header = ["reading", "seeds", "AVG", *(f"− {c.what}" for c in spec.reading_controls)]
-    lines = ["", f"Readings of {spec.readings[0].method} where its paper is silent, each beside the rows it is paired "
-             "with seed by seed (the mean of the differences over the seeds both have; the paper's gap in brackets "
-             "where both are its rows; a control marked with erasing runs with the reading's erasing):", "",
-             "| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    not_run = []
-    for r in spec.readings:
-        mine = avgs(r, r.erasing)
-        if not mine:
-            not_run.append(r)
+    erased = any(c.erasing for c in spec.reading_controls)
+    lines = []
+    for method in dict.fromkeys(r.method for r in spec.readings):
+        section, not_run = [], []
+        for r in (r for r in spec.readings if r.method == method):
+            mine = avgs(r, r.erasing)
+            if not mine:
+                not_run.append(r)
+                continue
+            cells = [r.what, ", ".join(map(str, mine)), f"{np.mean(list(mine.values())):.2f}"]
+            for c in spec.reading_controls:
+                c = dataclasses.replace(c, method=r.method) if c.method == OWN else c
+                if (c.method, c.hparams, c.erasing and r.erasing) == (r.method, r.hparams, r.erasing):
+                    cells.append("(itself)")
+                    continue
+                theirs = avgs(c, c.erasing and r.erasing)
+                gap = paper_gap(r, c)
+                v = paired_claim(mine, theirs, 0.0 if gap is None else gap)
+                cells.append("–" if v.mean is None else f"{v.mean:+.2f}" + ("" if gap is None else f" ({gap:+.2f})")
+                             + f", {v.pairs} pair{'s' * (v.pairs > 1)}" + ("" if gap is None else f"; {v.verdict}"))
+            section.append("| " + " | ".join(cells) + " |")
+        if not section:  # none of this method's readings run on this dataset (its rows not run either)
             continue
-        cells = [r.what, ", ".join(map(str, mine)), f"{np.mean(list(mine.values())):.2f}"]
-        for c in spec.reading_controls:
-            theirs = avgs(c, c.erasing and r.erasing)
-            gap = paper_gap(r, c)
-            v = paired_claim(mine, theirs, 0.0 if gap is None else gap)
-            cells.append("–" if v.mean is None else f"{v.mean:+.2f}" + ("" if gap is None else f" ({gap:+.2f})")
-                         + f", {v.pairs} pair{'s' * (v.pairs > 1)}" + ("" if gap is None else f"; {v.verdict}"))
-        lines.append("| " + " | ".join(cells) + " |")
-    if len(not_run) == len(spec.readings):  # none on this dataset (its rows not run either)
-        return []
-    if not_run:
-        lines += ["", "Not run yet: " + "; ".join(f"{r.what} (`{r.command(preset)}`)" for r in not_run) + "."]
+        lines += ["", f"Readings of {method}, each beside the rows it is paired with seed by seed (the mean of the "
+                  "differences over the seeds both have; the paper's gap in brackets where both are its rows"
+                  + ("; a control marked with erasing runs with the reading's erasing" * erased) + "):", "",
+                  "| " + " | ".join(header) + " |", "|" + "---|" * len(header), *section]
+        if not_run:
+            lines += ["", "Not run yet: " + "; ".join(f"{r.what} (`{r.command(preset)}`)" for r in not_run) + "."]
     return lines
 
 

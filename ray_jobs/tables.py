@@ -48,14 +48,18 @@ class Claim:
     words: str | None = None
 
 
+OWN = "*"  # a reading control's method: the reading's own method, as the table runs it
+
+
 @dataclass(frozen=True)
 class Reading:
-    """A reading of a method where its paper is silent (FedAPC's, which has no code): the method with these
-    hyperparameters and training-batch erasing, run beside the table's rows on the seeds it has (a screen first), and
-    reported with its gaps to `Table.reading_controls` paired seed by seed (`ray_jobs.report.reading_lines`). Its runs
-    are in the results folder's runs/ under their `RunConfig.run_name`; the sweep plans none of them."""
+    """A reading of a method where its paper is silent (FedAPC's, which has no code) or where the code behind its
+    numbers differs from it (FedDyn's and FedProx's in FPL's Table 2): the method with these hyperparameters and
+    training-batch erasing, run beside the table's rows on the seeds it has (a screen first), and reported with its
+    gaps to `Table.reading_controls` paired seed by seed (`ray_jobs.report.reading_lines`). Its runs are in the
+    results folder's runs/ under their `RunConfig.run_name`; the sweep plans none of them."""
     what: str  # the words: what the reading changes
-    method: str  # a row of the table
+    method: str  # a row of the table (a control's: OWN, the reading's own)
     hparams: dict = field(default_factory=dict)  # over the method's defaults
     erasing: bool = False  # RunConfig.erasing
 
@@ -118,6 +122,7 @@ class Table:
     # (a control with `erasing` set runs with the reading's erasing: FedAvg with the same erasing as each reading)
     readings: tuple[Reading, ...] = ()
     reading_controls: tuple[Reading, ...] = ()
+    reading_datasets: tuple[str, ...] | None = None  # the datasets whose reports show the readings (None: every one)
 
     def row_list(self, profile: str = "full") -> list[tuple[str, str]]:
         rows = self.rows() if callable(self.rows) else self.rows
@@ -155,7 +160,18 @@ def _fpl_rows(methods) -> list[tuple[str, str]]:
 
 TABLES: dict[str, Table] = {
     "2": Table("FPL Table 2", _fpl_rows(TABLE2_METHODS), paper.TABLE2, paper_runs=paper.RUNS["fpl"],
-               claims=above("Table 2", paper.TABLE2, "fpl")),  # its bold row, FPL's, above every other
+               claims=above("Table 2", paper.TABLE2, "fpl"),  # its bold row, FPL's, above every other
+               # issue 52 on Office-Caltech: FedDyn's late collapse against Acar et al.'s own settings (deviation 9),
+               # FedProx at the coefficient the reference code applies (deviation 8), each beside its row as the
+               # table runs it and FedAvg, seed by seed
+               readings=(Reading("FedDyn as the table runs it: momentum 0.9, no clipping", "feddyn"),
+                         Reading("FedDyn with Acar et al.'s clipping (max-norm 10)", "feddyn", {"max_grad_norm": 10}),
+                         Reading("FedDyn with momentum 0 (Acar et al.'s)", "feddyn", {"momentum": 0}),
+                         Reading("FedProx as the table runs it: mu 0.01", "fedprox"),
+                         Reading("FedProx at the reference code's effective coefficient (mu 1e-4)", "fedprox",
+                                 {"mu": 0.0001})),
+               reading_controls=(Reading("the method as the table runs it", OWN), Reading("FedAvg", "fedavg")),
+               reading_datasets=("office_caltech",)),
     # each term alone above neither (FedAvg), both above each alone
     "1": Table("FPL Table 1 (CPCL / UPCR ablation)", _fpl_rows(paper.TABLE1), paper.TABLE1,
                paper_runs=paper.RUNS["fpl"],

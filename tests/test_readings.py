@@ -70,3 +70,34 @@ def test_each_reading_is_paired_with_its_controls_over_the_seeds_both_have(tmp_p
     summary_file.write_text(json.dumps(summary))
     row = next(x for x in reading_lines(spec, "office_caltech", planned, "full") if x.startswith("| training"))
     assert row.split(" | ")[4] == "–"
+
+
+def test_table_2s_readings_pair_feddyn_and_fedprox_with_their_own_rows_on_office_caltech_alone(tmp_path):
+    """FPL's Table 2 (issue 52): a FedDyn setting is paired with FedDyn as the table runs it (the control `OWN`)
+    and with FedAvg; a section per method, none for a method whose readings have not run; none on Digits."""
+    spec = TABLES["2"]
+    for m in ("fedavg", "feddyn"):  # the committed rows (seeds 0, 1 and 2)
+        for s in (0, 1, 2):
+            name = f"{m}-office_caltech-default-seed{s}"
+            (tmp_path / "runs" / name).mkdir(parents=True)
+            shutil.copy(RUNS / name / "summary.json", tmp_path / "runs" / name)
+    planned = plan("2", "full", ["mnist", "usps", "syn"], tmp_path, None, find_data=False)
+    clip = next(r for r in spec.readings if r.hparams == {"max_grad_norm": 10})
+    run = reading_run(planned, "office_caltech", 1, clip, False)
+    assert Path(run.out).name == "feddyn-office_caltech-default-max_grad_norm10-seed1"  # as ray_jobs.run names it
+    made_up(run, 49.0)
+    lines = reading_lines(spec, "office_caltech", planned, "full")
+    dyn, avg = ({s: last5_avg(f"{m}-office_caltech-default-seed{s}") for s in (0, 1, 2)} for m in ("feddyn", "fedavg"))
+    assert lines[1].startswith("Readings of feddyn, each beside") and "erasing" not in lines[1]
+    assert lines[3] == "| reading | seeds | AVG | − the method as the table runs it | − FedAvg |"
+    gap = np.mean([dyn[s] - avg[s] for s in (0, 1, 2)])
+    # the paper's FedDyn minus FedAvg on Office-Caltech: 55.25 - 54.36
+    assert (f"| FedDyn as the table runs it: momentum 0.9, no clipping | 0, 1, 2 | {np.mean(list(dyn.values())):.2f} "
+            f"| (itself) | {gap:+.2f} (+0.89), 3 pairs; undecided |") in lines
+    assert (f"| FedDyn with Acar et al.'s clipping (max-norm 10) | 1 | 49.00 | {49 - dyn[1]:+.2f}, 1 pair | "
+            f"{49 - avg[1]:+.2f}, 1 pair |") in lines
+    assert lines[-1] == ("Not run yet: FedDyn with momentum 0 (Acar et al.'s) (`python -m ray_jobs.run --preset "
+                         "fpl-office --method feddyn --hp momentum=0 --seed S`).")
+    assert not any("fedprox" in x for x in lines)  # FedProx's rows and readings not run here: no section
+    made_up(reading_run(planned, "digits", 0, spec.readings[0], False), 90.0)  # Digits' FedDyn row: not shown there
+    assert reading_lines(spec, "digits", planned, "full") == []
