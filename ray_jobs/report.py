@@ -25,6 +25,7 @@ from ray_jobs.figures import runs_line, table_figures
 from ray_jobs.run import RunError
 from benchmark.verdicts import (ALPHA, MAX_SEEDS, POWER, CellVerdict, ClaimVerdict, cell_verdict, mark_counts,
                                 paired_claim)
+from lightning_modules.registry import METHODS
 from ray_jobs.tables import GAP_NOTES, METRICS, OWN, TABLES, Claim, Reading, Table, make_target, report_name
 
 FLAG_POINTS = 2.0
@@ -223,8 +224,8 @@ def reading_lines(spec: Table, dataset: str, planned: list[RunConfig], profile: 
     seeds it has run, and its gap to each control paired over the seeds both have (the paper's gap beside it where
     both are paper rows, and the paired test of `benchmark.verdicts`); a reading not run yet, with its command;
     nothing for a method none of whose readings has run, or on a dataset the table shows no readings for."""
-    if not spec.readings or dataset not in (spec.reading_datasets or [dataset]):
-        return []
+    if not spec.readings or profile != "full" or dataset not in (spec.reading_datasets or [dataset]):
+        return []  # (a smoke run is not a reading's: the commands printed make full-protocol runs)
     seeds = spec.seeds_for(profile)
     preset = next(c.preset for c in planned if c.dataset == dataset)
 
@@ -238,10 +239,13 @@ def reading_lines(spec: Table, dataset: str, planned: list[RunConfig], profile: 
                          if c is not None and run_complete(c)}
         return read[key]
 
+    def changed(r: Reading) -> dict:  # its hyperparameters away from its method's defaults (its run's name's)
+        return {k: v for k, v in r.hparams.items() if v != METHODS[r.method].defaults.get(k)}
+
     def paper_gap(r: Reading, c: Reading) -> float | None:
         """The paper's gap where both runs are its rows: no hyperparameter and no erasing as run (a control marked
         with erasing runs without it beside a reading without it)."""
-        plain = not (r.hparams or r.erasing or c.hparams)
+        plain = not (changed(r) or r.erasing or changed(c))
         rows = [spec.paper.get(m, {}).get(dataset, {}).get("AVG") for m in (r.method, c.method)]
         return rows[0] - rows[1] if plain and None not in rows else None
 
@@ -258,7 +262,7 @@ def reading_lines(spec: Table, dataset: str, planned: list[RunConfig], profile: 
             cells = [r.what, ", ".join(map(str, mine)), f"{np.mean(list(mine.values())):.2f}"]
             for c in spec.reading_controls:
                 c = dataclasses.replace(c, method=r.method) if c.method == OWN else c
-                if (c.method, c.hparams, c.erasing and r.erasing) == (r.method, r.hparams, r.erasing):
+                if (c.method, changed(c), c.erasing and r.erasing) == (r.method, changed(r), r.erasing):
                     cells.append("(itself)")
                     continue
                 theirs = avgs(c, c.erasing and r.erasing)
@@ -267,7 +271,7 @@ def reading_lines(spec: Table, dataset: str, planned: list[RunConfig], profile: 
                 cells.append("–" if v.mean is None else f"{v.mean:+.2f}" + ("" if gap is None else f" ({gap:+.2f})")
                              + f", {v.pairs} pair{'s' * (v.pairs > 1)}" + ("" if gap is None else f"; {v.verdict}"))
             section.append("| " + " | ".join(cells) + " |")
-        if not section:  # none of this method's readings run on this dataset (its rows not run either)
+        if not section:  # none of this method's readings has run on this dataset
             continue
         lines += ["", f"Readings of {method}, each beside the rows it is paired with seed by seed (the mean of the "
                   "differences over the seeds both have; the paper's gap in brackets where both are its rows"

@@ -1,8 +1,9 @@
-"""FedAPC's readings (`ray_jobs.tables.Reading`): the report's section of each reading's AVG and its gaps to the rows
-it is paired with seed by seed, from the committed FedAPC Office-Caltech runs and two made-up reading runs whose
-numbers are set here; every gap computed here by hand from the summary files."""
+"""Readings (`ray_jobs.tables.Reading`): the report's section of each reading's AVG and its gaps to the rows it is
+paired with seed by seed, from the committed Office-Caltech runs (FedAPC's; FPL Table 2's FedDyn and FedAvg) and
+made-up reading runs whose numbers are set here; every gap computed here by hand from the summary files."""
 from __future__ import annotations
 
+import dataclasses
 import json
 import shutil
 from pathlib import Path
@@ -12,7 +13,7 @@ import numpy as np
 from benchmark.results import protocol
 from ray_jobs.plan import plan
 from ray_jobs.report import reading_lines, reading_run
-from ray_jobs.tables import TABLES
+from ray_jobs.tables import TABLES, Reading
 
 ROOT = Path(__file__).resolve().parent.parent
 RUNS = ROOT / "results" / "runs"
@@ -101,3 +102,8 @@ def test_table_2s_readings_pair_feddyn_and_fedprox_with_their_own_rows_on_office
     assert not any("fedprox" in x for x in lines)  # FedProx's rows and readings not run here: no section
     made_up(reading_run(planned, "digits", 0, spec.readings[0], False), 90.0)  # Digits' FedDyn row: not shown there
     assert reading_lines(spec, "digits", planned, "full") == []
+    assert reading_lines(spec, "office_caltech", planned, "smoke") == []  # a smoke run is not a reading's
+    # a reading that sets a hyperparameter to its default is its row's run: "(itself)", and the paper's gap
+    at_default = dataclasses.replace(spec, readings=(Reading("alpha at its default", "feddyn", {"alpha": 0.01}),))
+    row = next(x for x in reading_lines(at_default, "office_caltech", planned, "full") if x.startswith("| alpha"))
+    assert row.split(" | ")[3:] == ["(itself)", f"{gap:+.2f} (+0.89), 3 pairs; undecided |"]
