@@ -25,7 +25,6 @@ from ray_jobs.figures import runs_line, table_figures
 from ray_jobs.run import RunError
 from benchmark.verdicts import (ALPHA, MAX_SEEDS, POWER, CellVerdict, ClaimVerdict, cell_verdict, mark_counts,
                                 paired_claim)
-from lightning_modules.registry import METHODS
 from ray_jobs.tables import GAP_NOTES, METRICS, OWN, TABLES, Claim, Reading, Table, make_target, report_name
 
 FLAG_POINTS = 2.0
@@ -239,13 +238,19 @@ def reading_lines(spec: Table, dataset: str, planned: list[RunConfig], profile: 
                          if c is not None and run_complete(c)}
         return read[key]
 
-    def changed(r: Reading) -> dict:  # its hyperparameters away from its method's defaults (its run's name's)
-        return {k: v for k, v in r.hparams.items() if v != METHODS[r.method].defaults.get(k)}
+    def run_name(r: Reading, erasing: bool) -> str | None:
+        """Its run's folder name less the seed (a hyperparameter at its default, or at the preset's, names none);
+        None where the table has no such row."""
+        c = reading_run(planned, dataset, seeds[0], r, erasing)
+        return None if c is None else c.run_name.removesuffix(f"-seed{seeds[0]}")
+
+    def row_run(r: Reading, erasing: bool) -> bool:  # its run is its method's row as the table runs it
+        return run_name(r, erasing) == run_name(Reading("", r.method), False)
 
     def paper_gap(r: Reading, c: Reading) -> float | None:
-        """The paper's gap where both runs are its rows: no hyperparameter and no erasing as run (a control marked
-        with erasing runs without it beside a reading without it)."""
-        plain = not (changed(r) or r.erasing or changed(c))
+        """The paper's gap where both runs are its rows: each the run of its method's row (a control marked with
+        erasing runs without it beside a reading without it)."""
+        plain = row_run(r, r.erasing) and row_run(c, c.erasing and r.erasing)
         rows = [spec.paper.get(m, {}).get(dataset, {}).get("AVG") for m in (r.method, c.method)]
         return rows[0] - rows[1] if plain and None not in rows else None
 
@@ -262,7 +267,7 @@ def reading_lines(spec: Table, dataset: str, planned: list[RunConfig], profile: 
             cells = [r.what, ", ".join(map(str, mine)), f"{np.mean(list(mine.values())):.2f}"]
             for c in spec.reading_controls:
                 c = dataclasses.replace(c, method=r.method) if c.method == OWN else c
-                if (c.method, changed(c), c.erasing and r.erasing) == (r.method, changed(r), r.erasing):
+                if run_name(c, c.erasing and r.erasing) == run_name(r, r.erasing):
                     cells.append("(itself)")
                     continue
                 theirs = avgs(c, c.erasing and r.erasing)
