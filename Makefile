@@ -69,11 +69,13 @@ data: $(STAMP)
 ## of the protocol);
 ## METHODS=fedavg,fpl SEEDS=0 DATASETS=digits: run only part of the table (the report covers every
 ## complete run of it and says it is partial); VALUES=0.5,1: only these values of a grid's hyperparameter
+## READINGS=1: make the table's readings of those rows instead of the rows (tables 2, fedapc: the runs the report's
+## 'Readings of' sections read)
 ## DRY_RUN=1: list the runs it would make (and resume), after its checks; nothing runs, nothing is written
 $(TABLES): $(STAMP)
 	$(PY) -m ray_jobs.sweep --table $(patsubst -%,%,$(subst table,,$@)) --profile $(PROFILE) $(if $(DOMAINS),--domains $(DOMAINS)) \
 		$(if $(METHODS),--methods $(METHODS)) $(if $(SEEDS),--seeds $(SEEDS)) $(if $(DATASETS),--datasets $(DATASETS)) \
-		$(if $(VALUES),--values $(VALUES)) \
+		$(if $(VALUES),--values $(VALUES)) $(if $(READINGS),--readings) \
 		--executor $(EXECUTOR) $(if $(PARALLEL),--parallel $(PARALLEL)) --engine $(ENGINE) --precision $(PRECISION) \
 		--checkpoint-every $(CHECKPOINT_EVERY) --actor-restarts $(ACTOR_RESTARTS) $(if $(EVAL_EVERY),--eval-every $(EVAL_EVERY)) \
 		$(if $(PARTICIPATION),--participation $(PARTICIPATION)) $(if $(CLIENT_MEMORY),--client-memory $(CLIENT_MEMORY)) \

@@ -12,7 +12,7 @@ from benchmark.data import DATASETS, DataError, check_domains_present, resolve_d
 from benchmark.protocols import PRESETS, ConfigError
 from benchmark.results import is_complete, protocol, read_summary, run_complete
 from ray_jobs.config import RunConfig
-from ray_jobs.tables import TABLES, make_target, report_name
+from ray_jobs.tables import OWN, TABLES, Reading, make_target, report_name
 
 
 def domains_for(dataset: str, requested: list[str] | None) -> list[str]:
@@ -117,3 +117,36 @@ def check_data(runs: list[RunConfig], table: str) -> None:
             own = target in (f"table{table}", f"table-{table}")  # a table of a group (fedplvm_fig4a) has no target
             raise DataError(f"{e} The sweep started no run" + (
                 f"; with make: DOMAINS={keep} make {target}." if keep and own else ".")) from None
+
+
+def reading_run(planned: list[RunConfig], dataset: str, seed: int, r: Reading, erasing: bool) -> RunConfig | None:
+    """The run of reading `r` (its method's planned run with its hyperparameters and `erasing`) of this dataset and
+    seed, in the planned run's results folder; None where the table plans no such row."""
+    c = next((c for c in planned if (c.dataset, c.seed, c.method) == (dataset, seed, r.method)), None)
+    if c is None:
+        return None
+    cfg = dataclasses.replace(c, hparams={**c.hparams, **r.hparams}, erasing=erasing)
+    return dataclasses.replace(cfg, out=str(Path(c.out).parent / cfg.run_name))
+
+
+def reading_runs(table: str, planned: list[RunConfig], chosen: list[RunConfig]) -> list[RunConfig]:
+    """The runs of the table's readings (`Table.readings`) beside its chosen rows, for `--readings`: for each chosen
+    run of a reading's method on a dataset the table shows readings for, the reading's run of that seed and, for a
+    reading with erasing, its controls marked with erasing (FedAPC's FedAvg `--erasing`); none the table plans as a
+    row. The report's "Readings of" sections read them (at the full profile)."""
+    spec = TABLES[table]
+    if not spec.readings:
+        raise ConfigError(f"table {table} has no readings; --readings is for "
+                          f"{', '.join(t for t, s in TABLES.items() if s.readings)}.")
+    rows, out = {c.out for c in planned}, {}
+    for c in chosen:
+        if c.dataset not in (spec.reading_datasets or [c.dataset]):
+            continue
+        for r in (r for r in spec.readings if r.method == c.method):
+            controls = [dataclasses.replace(x, method=r.method) if x.method == OWN else x
+                        for x in spec.reading_controls if x.erasing and r.erasing]
+            for x in (r, *controls):
+                run = reading_run(planned, c.dataset, c.seed, x, x.erasing)
+                if run is not None and run.out not in rows:
+                    out[run.out] = run
+    return list(out.values())

@@ -22,6 +22,7 @@ from benchmark.provenance import commit_label, hardware_label
 from benchmark.results import LAST_K, atomic_write, read_jsonl, read_summary, run_complete, wandb_mode
 from ray_jobs.config import RunConfig
 from ray_jobs.figures import runs_line, table_figures
+from ray_jobs.plan import reading_run
 from ray_jobs.run import RunError
 from benchmark.verdicts import (ALPHA, MAX_SEEDS, POWER, CellVerdict, ClaimVerdict, cell_verdict, mark_counts,
                                 paired_claim)
@@ -206,16 +207,6 @@ def claim_lines(claims: list[tuple[Claim, float, ClaimVerdict]], dataset: str) -
             "| claim | paper | ours | verdict |", "|---|---|---|---|",
             *(f"| {c.label}: {c.what} | {c.words or f'{gap:+.2f}'} | " + ("–" if v.mean is None else f"{v.mean:+.2f}")
               + f" | {v.words()} |" for c, gap, v in rows)]
-
-
-def reading_run(planned: list[RunConfig], dataset: str, seed: int, r: Reading, erasing: bool) -> RunConfig | None:
-    """The run of reading `r` (its method's planned run with its hyperparameters and `erasing`) of this dataset and
-    seed, in the planned run's results folder; None where the table plans no such row."""
-    c = next((c for c in planned if (c.dataset, c.seed, c.method) == (dataset, seed, r.method)), None)
-    if c is None:
-        return None
-    cfg = dataclasses.replace(c, hparams={**c.hparams, **r.hparams}, erasing=erasing)
-    return dataclasses.replace(cfg, out=str(Path(c.out).parent / cfg.run_name))
 
 
 def reading_lines(spec: Table, dataset: str, planned: list[RunConfig], profile: str) -> list[str]:

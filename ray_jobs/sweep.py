@@ -47,8 +47,8 @@ from lightning_modules.clients import CLIENT_MEMORY
 from ray_jobs import report_fedproto, report_grid
 from ray_jobs.cli import OneLineParser
 from ray_jobs.config import RunConfig
-from ray_jobs.plan import (check_data, check_no_finished_run_replaced, foreign_domains_note, plan, reported_runs,
-                           select)
+from ray_jobs.plan import (check_data, check_no_finished_run_replaced, foreign_domains_note, plan, reading_runs,
+                           reported_runs, select)
 from ray_jobs.progress import SweepProgress
 from ray_jobs.report import log_wandb, report
 from ray_jobs.run import ADDRESS_HELP, RunError, gpus_needed, init_ray, ray_only_note, run, run_gpu_shares
@@ -328,6 +328,9 @@ def main(argv: list[str] | None = None) -> int:
                     help="comma-separated: run only these values of a grid table's hyperparameter (FedPLVM's Figures "
                          "4 and 5; in a group, its other tables run nothing)")
     ap.add_argument("--datasets", default=None, help="comma-separated: run only the table's runs on these datasets")
+    ap.add_argument("--readings", action="store_true",
+                    help="make the table's readings of the chosen rows instead of the rows (Table.readings: the runs "
+                         "its report's 'Readings of' sections read, at the full profile)")
     ap.add_argument("--results-dir", default=None, help="default results/ (full) or results/smoke/ (smoke)")
     ap.add_argument("--data-root", default=None)
     only = ap.add_mutually_exclusive_group()
@@ -404,6 +407,8 @@ def main(argv: list[str] | None = None) -> int:
             raise ConfigError(f"--values takes comma-separated numbers (got {args.values!r}).") from None
         chosen = {t: [] if values and len(tables) > 1 and TABLES[t].grid is None  # a group's other tables
                   else select(t, args.profile, runs[t], methods, seeds, datasets, values) for t in tables}
+        if args.readings:
+            chosen = {t: reading_runs(t, runs[t], chosen[t]) for t in tables}
         for t in tables if not args.report_only else ():
             check_data(chosen[t], t)
         if args.dry_run:

@@ -11,8 +11,9 @@ from pathlib import Path
 import numpy as np
 
 from benchmark.results import protocol
-from ray_jobs.plan import plan
-from ray_jobs.report import reading_lines, reading_run
+from ray_jobs.plan import plan, reading_run
+from ray_jobs.report import reading_lines
+from ray_jobs.sweep import main as sweep
 from ray_jobs.tables import TABLES, Reading
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -107,3 +108,28 @@ def test_table_2s_readings_pair_feddyn_and_fedprox_with_their_own_rows_on_office
     at_default = dataclasses.replace(spec, readings=(Reading("alpha at its default", "feddyn", {"alpha": 0.01}),))
     row = next(x for x in reading_lines(at_default, "office_caltech", planned, "full") if x.startswith("| alpha"))
     assert row.split(" | ")[3:] == ["(itself)", f"{gap:+.2f} (+0.89), 3 pairs; undecided |"]
+
+
+def test_a_sweep_with_readings_makes_the_readings_of_the_chosen_rows_and_skips_those_complete(tmp_path, capsys):
+    """`--readings`: the runs the report's sections read (not the rows), of the seeds and datasets chosen, a
+    reading with erasing with its FedAvg control; a complete one is not made again; a table without readings is an
+    error naming those with some."""
+    def dry(*args) -> list[str]:
+        assert sweep(["--readings", "--dry-run", "--results-dir", str(tmp_path), *args]) == 0
+        return [Path(line.strip()).name for line in capsys.readouterr().out.splitlines() if "/runs/" in line]
+
+    assert dry("--table", "2", "--datasets", "office_caltech", "--seeds", "1") == [
+        "fedprox-office_caltech-default-mu0.0001-seed1", "feddyn-office_caltech-default-max_grad_norm10-seed1",
+        "feddyn-office_caltech-default-momentum0-seed1"]
+    assert dry("--table", "2", "--datasets", "digits") == []  # Table 2 shows its readings on Office-Caltech alone
+    fedapc = ["fedapc-office_caltech-fedapc-prototypeslast_epoch-seed0", "fedapc-office_caltech-fedapc-erasing-seed0",
+              "fedavg-office_caltech-fedapc-erasing-seed0", "fedapc-office_caltech-fedapc-tau0.1-seed0",
+              "fedapc-office_caltech-fedapc-tau0.5-seed0"]
+    assert dry("--table", "fedapc", "--datasets", "office_caltech", "--seeds", "0") == fedapc
+    planned = plan("fedapc", "full", None, tmp_path, None)
+    tau = next(r for r in TABLES["fedapc"].readings if r.hparams == {"tau": 0.1})
+    made_up(reading_run(planned, "office_caltech", 0, tau, False), 60.0)
+    assert dry("--table", "fedapc", "--datasets", "office_caltech", "--seeds", "0") == [
+        n for n in fedapc if "tau0.1" not in n]
+    assert sweep(["--table", "1", "--readings", "--dry-run", "--results-dir", str(tmp_path)]) == 2
+    assert capsys.readouterr().err == "error: table 1 has no readings; --readings is for 2, fedapc.\n"
