@@ -12,7 +12,7 @@ from benchmark.data import DATASETS, DataError, check_domains_present, resolve_d
 from benchmark.protocols import PRESETS, ConfigError
 from benchmark.results import is_complete, protocol, read_summary, run_complete
 from ray_jobs.config import RunConfig
-from ray_jobs.tables import OWN, TABLES, Reading, make_target, report_name
+from ray_jobs.tables import TABLES, Reading, make_target, report_name
 
 
 def domains_for(dataset: str, requested: list[str] | None) -> list[str]:
@@ -139,14 +139,10 @@ def reading_runs(table: str, planned: list[RunConfig], chosen: list[RunConfig]) 
         raise ConfigError(f"table {table} has no readings; --readings is for "
                           f"{', '.join(t for t, s in TABLES.items() if s.readings)}.")
     rows, out = {c.out for c in planned}, {}
-    for c in chosen:
-        if c.dataset not in (spec.reading_datasets or [c.dataset]):
-            continue
+    for c in (c for c in chosen if spec.shows_readings(c.dataset)):
         for r in (r for r in spec.readings if r.method == c.method):
-            controls = [dataclasses.replace(x, method=r.method) if x.method == OWN else x
-                        for x in spec.reading_controls if x.erasing and r.erasing]
-            for x in (r, *controls):
-                run = reading_run(planned, c.dataset, c.seed, x, x.erasing)
-                if run is not None and run.out not in rows:
+            for x, erasing in ((r, r.erasing), *(x.beside(r) for x in spec.reading_controls)):
+                run = reading_run(planned, c.dataset, c.seed, x, erasing)
+                if run is not None and run.out not in rows:  # (a control without erasing is a row's run)
                     out[run.out] = run
     return list(out.values())

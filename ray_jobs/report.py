@@ -7,7 +7,6 @@ the paper what we know of why (`gap_note`). FedProto's Tables 1 and 2 have their
 """
 from __future__ import annotations
 
-import dataclasses
 import json
 from collections import Counter
 from dataclasses import dataclass, field
@@ -26,7 +25,7 @@ from ray_jobs.plan import reading_run
 from ray_jobs.run import RunError
 from benchmark.verdicts import (ALPHA, MAX_SEEDS, POWER, CellVerdict, ClaimVerdict, cell_verdict, mark_counts,
                                 paired_claim)
-from ray_jobs.tables import GAP_NOTES, METRICS, OWN, TABLES, Claim, Reading, Table, make_target, report_name
+from ray_jobs.tables import GAP_NOTES, METRICS, TABLES, Claim, Reading, Table, make_target, report_name
 
 FLAG_POINTS = 2.0
 MB = 1e6
@@ -214,7 +213,7 @@ def reading_lines(spec: Table, dataset: str, planned: list[RunConfig], profile: 
     seeds it has run, and its gap to each control paired over the seeds both have (the paper's gap beside it where
     both are paper rows, and the paired test of `benchmark.verdicts`); a reading not run yet, with its command;
     nothing for a method none of whose readings has run, or on a dataset the table shows no readings for."""
-    if not spec.readings or profile != "full" or dataset not in (spec.reading_datasets or [dataset]):
+    if profile != "full" or not spec.shows_readings(dataset):
         return []  # (a smoke run is not a reading's: the commands printed make full-protocol runs)
     seeds = spec.seeds_for(profile)
     preset = next(c.preset for c in planned if c.dataset == dataset)
@@ -238,10 +237,10 @@ def reading_lines(spec: Table, dataset: str, planned: list[RunConfig], profile: 
     def row_run(r: Reading, erasing: bool) -> bool:  # its run is its method's row as the table runs it
         return run_name(r, erasing) == run_name(Reading("", r.method), False)
 
-    def paper_gap(r: Reading, c: Reading) -> float | None:
-        """The paper's gap where both runs are its rows: each the run of its method's row (a control marked with
-        erasing runs without it beside a reading without it)."""
-        plain = row_run(r, r.erasing) and row_run(c, c.erasing and r.erasing)
+    def paper_gap(r: Reading, c: Reading, erasing: bool) -> float | None:
+        """The paper's gap where both runs are its rows: each the run of its method's row (control `c` beside `r`,
+        its run erasing or not: `Reading.beside`)."""
+        plain = row_run(r, r.erasing) and row_run(c, erasing)
         rows = [spec.paper.get(m, {}).get(dataset, {}).get("AVG") for m in (r.method, c.method)]
         return rows[0] - rows[1] if plain and None not in rows else None
 
@@ -256,13 +255,12 @@ def reading_lines(spec: Table, dataset: str, planned: list[RunConfig], profile: 
                 not_run.append(r)
                 continue
             cells = [r.what, ", ".join(map(str, mine)), f"{np.mean(list(mine.values())):.2f}"]
-            for c in spec.reading_controls:
-                c = dataclasses.replace(c, method=r.method) if c.method == OWN else c
-                if run_name(c, c.erasing and r.erasing) == run_name(r, r.erasing):
+            for c, erasing in (c.beside(r) for c in spec.reading_controls):
+                if run_name(c, erasing) == run_name(r, r.erasing):
                     cells.append("(itself)")
                     continue
-                theirs = avgs(c, c.erasing and r.erasing)
-                gap = paper_gap(r, c)
+                theirs = avgs(c, erasing)
+                gap = paper_gap(r, c, erasing)
                 v = paired_claim(mine, theirs, 0.0 if gap is None else gap)
                 cells.append("–" if v.mean is None else f"{v.mean:+.2f}" + ("" if gap is None else f" ({gap:+.2f})")
                              + f", {v.pairs} pair{'s' * (v.pairs > 1)}" + ("" if gap is None else f"; {v.verdict}"))

@@ -6,6 +6,7 @@ unchanged with its seeds, the `smoke` profile the same code paths with tiny sett
 """
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from typing import Callable
 
@@ -70,6 +71,11 @@ class Reading:
                          *(f"--hp {k}={v}" for k, v in self.hparams.items()), *(["--erasing"] * self.erasing),
                          "--seed S"])
 
+    def beside(self, r: "Reading") -> tuple["Reading", bool]:
+        """This control as it runs beside reading `r`: its method (OWN: `r`'s), and whether its run erases (a control
+        marked with erasing erases where `r` does)."""
+        return (dataclasses.replace(self, method=r.method) if self.method == OWN else self), self.erasing and r.erasing
+
 
 def above(label: str, numbers: dict, best: str, others=None, datasets=None) -> tuple[Claim, ...]:
     """The claims that `best` is above each of `others` (default: every other row of `numbers`) on the AVG of each
@@ -124,6 +130,10 @@ class Table:
     readings: tuple[Reading, ...] = ()
     reading_controls: tuple[Reading, ...] = ()
     reading_datasets: tuple[str, ...] | None = None  # the datasets whose reports show the readings (None: every one)
+
+    def shows_readings(self, dataset: str) -> bool:
+        """Whether the table has readings and shows them on this dataset (`reading_datasets`)."""
+        return bool(self.readings) and dataset in (self.reading_datasets or [dataset])
 
     def row_list(self, profile: str = "full") -> list[tuple[str, str]]:
         rows = self.rows() if callable(self.rows) else self.rows

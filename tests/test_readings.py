@@ -133,3 +133,15 @@ def test_a_sweep_with_readings_makes_the_readings_of_the_chosen_rows_and_skips_t
         n for n in fedapc if "tau0.1" not in n]
     assert sweep(["--table", "1", "--readings", "--dry-run", "--results-dir", str(tmp_path)]) == 2
     assert capsys.readouterr().err == "error: table 1 has no readings; --readings is for 2, fedapc.\n"
+
+
+def test_a_control_beside_a_reading_takes_its_method_where_own_and_erases_only_where_both_are_marked():
+    own, fedavg = TABLES["2"].reading_controls  # (the method as the table runs it, FedAvg): neither marked
+    erasing_fedavg = TABLES["fedapc"].reading_controls[1]  # FedAvg, marked: erases beside an erasing reading
+    plain, erased = Reading("tau 0.1", "fedapc", {"tau": 0.1}), Reading("erasing", "fedapc", erasing=True)
+    assert own.beside(plain) == (Reading(own.what, "fedapc"), False)
+    assert fedavg.beside(erased) == (fedavg, False)
+    assert erasing_fedavg.beside(plain) == (erasing_fedavg, False)
+    assert erasing_fedavg.beside(erased) == (erasing_fedavg, True)
+    assert TABLES["2"].shows_readings("office_caltech") and not TABLES["2"].shows_readings("digits")
+    assert not TABLES["1"].shows_readings("office_caltech")  # a table without readings
