@@ -33,7 +33,7 @@ from lightning_modules.prototypes import held_prototypes, per_class_count
 from lightning_modules.registry import METHODS
 from lightning_modules.server import State, accumulate, cast_like, weighted_mean
 from ray_jobs.config import RunConfig
-from ray_jobs.executors import LocalExecutor, RayExecutor, assign_groups, ray_node
+from ray_jobs.executors import LocalExecutor, RayExecutor, assign_groups, ray_placement
 
 
 def client_accuracies(per_client: dict[int, dict]) -> dict[str, dict[str, float]]:
@@ -174,7 +174,7 @@ class Driver:
         """Provenance: the executor, the driver's process and every client actor's (machine, device, engine)."""
         driver = describe_process(self.device)
         if self.cfg.executor == "ray":
-            driver["ray_node"] = ray_node()
+            driver |= ray_placement()
         return {"executor": self.cfg.executor, "driver": driver,
                 "actors": self.executor.map("describe")}
 

@@ -43,11 +43,23 @@ def ray_node() -> str | None:
     return ray.get_runtime_context().get_node_id() if ray.is_initialized() else None
 
 
+def ray_placement() -> dict:
+    """Where Ray placed this process: its node, the resources it holds (e.g. {"CPU": 1.0, "GPU": 0.05}) and the ids
+    of the GPUs Ray gave it (several actors on one GPU share its id); empty outside Ray."""
+    import ray
+
+    if not ray.is_initialized():
+        return {}
+    context = ray.get_runtime_context()
+    return {"ray_node": context.get_node_id(), "ray_resources": context.get_assigned_resources(),
+            "ray_gpu_ids": [str(g) for g in ray.get_gpu_ids()]}
+
+
 class RayClientGroup(ClientGroup):
-    """A client group as a Ray actor: the group itself, its provenance with the Ray node it runs on."""
+    """A client group as a Ray actor: the group itself, its provenance with where Ray placed it (`ray_placement`)."""
 
     def describe(self) -> dict:
-        return {**super().describe(), "ray_node": ray_node()}
+        return {**super().describe(), **ray_placement()}
 
 
 class ActorFailed(RuntimeError):

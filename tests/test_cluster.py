@@ -55,6 +55,8 @@ def test_actors_on_two_nodes_give_the_metrics_of_one_process(cluster_runs, one_p
     prov = config["provenance"]
     assert {a["ray_node"] for a in prov["actors"]} == {head, second}  # SPREAD: one client actor on each node
     assert prov["driver"]["ray_node"] in (head, second)
+    for a in prov["actors"]:  # what each actor holds, as Ray assigned it (no GPU here)
+        assert a["ray_resources"] == {"CPU": RUN["cpus_per_actor"]} and a["ray_gpu_ids"] == []
     assert recorded(out / "two_nodes") == one_process
     assert json.loads((out / "two_nodes" / "summary.json").read_text())["complete"]
 
