@@ -167,7 +167,8 @@ def test_replace_section_keeps_the_rest_and_refuses_missing_markers():
 def test_the_command_names_the_settings_most_runs_used_and_the_runs_that_differ():
     """Table 2's runs: the engine most of them recorded in the command, the others named after it (MOON's
     H100 seed 0 ran the sequential engine; the H200 runs of 2026-11-26 ran `--engine auto`, fused on CUDA, as did
-    FedOpt's CPU run of 2026-11-30, sequential there), read here from the config files."""
+    FedOpt's CPU run of 2026-11-30, sequential there), and the executor where one differs (FedOpt's seed 1 ran
+    through Ray on an H200 on 2026-11-30), read here from the config files."""
     from benchmark import paper
 
     cfgs = [json.loads(p.read_text())
@@ -179,8 +180,9 @@ def test_the_command_names_the_settings_most_runs_used_and_the_runs_that_differ(
     assert set(engines) == {"fused", "sequential", "auto"} and engines["sequential"] == {"moon"}
     assert engines["auto"] == {"fedprox", "moon", "feddyn", "fedopt"}
     line = next(ln for ln in PAGE.read_text().splitlines() if "`make table2 " in ln)
-    assert ("ENGINE=fused` (ENGINE=auto for feddyn seeds 1, 2, fedopt, fedprox seeds 1, 2, moon seeds 1, 2; "
-            "ENGINE=sequential for moon seed 0);") in line
+    assert {(c["method"], c["seed"]) for c in cfgs if c["executor"] == "ray"} == {("fedopt", 1)}  # the H200's, 11-30
+    assert ("ENGINE=fused` (EXECUTOR=ray for fedopt seed 1; ENGINE=auto for feddyn seeds 1, 2, fedopt, fedprox seeds "
+            "1, 2, moon seeds 1, 2; ENGINE=sequential for moon seed 0);") in line
     made = [("a", 0, "x"), ("a", 1, "y"), ("b", 0, "y"), ("b", 1, "y"), ("c", 2, "y")]
     assert results_table.runs_named(made, "y") == ["a seed 1", "b", "c"]
     assert results_table.runs_named(made, "x") == ["a seed 0"]
@@ -240,7 +242,8 @@ def test_the_feddyn_gap_note_quotes_the_papers_averages_and_our_late_fall():
     """FPL Table 2's FedDyn note says the paper's row sits by FedAvg's: the AVGs it quotes are the paper's. On
     Office-Caltech it also quotes our seeds 1 and 2's best round (its number and AVG) and last-5 AVG, and the least
     and the most FedAvg's and FedDyn's three runs drop from their best round before the last 5 to their last 5 on
-    the rounds both tested (every 5th, the last 5), as the committed metrics have them."""
+    the rounds both tested (every 5th, the last 5), as the committed metrics have them, and seed 1's readings with
+    clipping and with momentum 0 (their last-5 AVG)."""
     import re
 
     from benchmark import paper
@@ -268,6 +271,10 @@ def test_the_feddyn_gap_note_quotes_the_papers_averages_and_our_late_fall():
                 drops = [max(v for r, v in a.items() if (r + 1) % 5 == 0 and r < 95)
                          - sum(a[r] for r in range(95, 100)) / 5 for a in (avgs(method, seed) for seed in (0, 1, 2))]
                 ours += [round(min(drops), 2), round(max(drops), 2)]
+            for variant in ("max_grad_norm10", "momentum0"):  # seed 1's readings: clipping, momentum 0 (last-5 AVG)
+                summary = json.loads((ROOT / "results" / "runs" / f"feddyn-office_caltech-default-{variant}-seed1"
+                                      / "summary.json").read_text())
+                ours.append(round(summary["last5"]["AVG"], 2))
         assert quoted[4:] == ours
 
 
