@@ -48,5 +48,19 @@ def test_a_run_without_its_last_rounds_or_a_window_without_evaluations_is_refuse
     with pytest.raises(SystemExit, match=r"lacks the evaluations of rounds \[8, 9\]"):
         screen_rounds.table(short, [6], 3, None)
     sparse = [write_run(tmp_path, "fedprox", 0, {0: 1.0, **{r: 2.0 for r in range(5, 10)}})]
-    with pytest.raises(SystemExit, match="no round evaluated among rounds 2 to 4: widen --window"):
+    with pytest.raises(SystemExit, match="no round evaluated by every run of a seed among rounds 2 to 4: widen"):
         screen_rounds.table(sparse, [5], 3, None)
+
+
+def test_runs_of_a_seed_tested_on_different_rounds_are_screened_on_the_rounds_both_have(tmp_path):
+    """A run tested every round beside one tested every other round (a queued run beside a sweep's): both screens
+    average the rounds both evaluated, 3 and 5 of the window 3-5, not the first run's 3, 4 and 5."""
+    every = write_run(tmp_path, "fedapc", 0, {r: float(r * r) for r in range(10)})  # 9, 16, 25 in the window
+    other = write_run(tmp_path, "fedavg", 0, {1: 1.0, 3: 10.0, 5: 20.0, **{r: 30.0 for r in range(6, 10)}})
+    rows = {tuple(ln.split()[:2]): [float(x) for x in ln.split()[2:]]
+            for ln in screen_rounds.table([every, other], [6], 3, "fedavg")[2:4]}
+    # fedapc: full (25 + 36 + 49 + 64 + 81) / 5 = 51, screen (9 + 25) / 2 = 17 (its own three rounds: 16.67);
+    # fedavg: full (20 + 4 x 30) / 5 = 28, screen (10 + 20) / 2 = 15
+    assert rows == {("fedapc", "0"): [51.0, 17.0], ("fedavg", "0"): [28.0, 15.0]}
+    alone = screen_rounds.table([every], [6], 3, None)[2].split()
+    assert float(alone[3]) == pytest.approx((9 + 16 + 25) / 3, abs=0.005)  # alone, it reads every round it has

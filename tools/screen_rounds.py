@@ -1,7 +1,9 @@
 """Would a shorter run rank the methods as the full protocol does? Read from finished runs' per-round accuracies
 (metrics.jsonl, or the committed metrics.jsonl.gz), nothing run: per run, the full protocol's metric (the mean AVG
-of its last 5 rounds) and, for a screen of R rounds, the mean AVG of the rounds the run evaluated among rounds
-R - window + 1 to R (with --eval-every 5, the window's every 5th round: what a run of R rounds records there too);
+of its last 5 rounds) and, for a screen of R rounds, the mean AVG of the rounds among rounds R - window + 1 to R
+that every run of its seed evaluated (with --eval-every 5, the window's every 5th round: what a run of R rounds
+records there too; a run tested every round is read on the others' rounds, so the runs it is ranked among are
+averaged over the same rounds);
 per seed, each screen's order of the runs against the full one's (Kendall's tau, and whether it is the same order),
 and each run's gap to the run of `--against` of its seed (a paired gap).
 
@@ -37,11 +39,13 @@ def full_metric(acc: dict[int, float], rounds: int) -> float:
     return sum(acc[r] for r in range(rounds - LAST_K, rounds)) / LAST_K
 
 
-def screen_metric(acc: dict[int, float], rounds: int, window: int) -> float:
-    """Mean AVG of the evaluated rounds among the screen's last `window` rounds (0-based rounds R - window to R - 1)."""
-    got = [a for r, a in acc.items() if rounds - window <= r < rounds]
+def screen_metric(acc: dict[int, float], rounds: int, window: int, common: set[int] | None = None) -> float:
+    """Mean AVG of the evaluated rounds among the screen's last `window` rounds (0-based rounds R - window to R - 1),
+    of those in `common` when given (the rounds every run compared with this one evaluated)."""
+    got = [a for r, a in acc.items() if rounds - window <= r < rounds and (common is None or r in common)]
     if not got:
-        raise SystemExit(f"error: no round evaluated among rounds {rounds - window} to {rounds - 1}: widen --window")
+        raise SystemExit(f"error: no round evaluated {'by every run of a seed ' if common is not None else ''}"
+                         f"among rounds {rounds - window} to {rounds - 1}: widen --window")
     return sum(got) / len(got)
 
 
@@ -55,12 +59,15 @@ def common_tail(labels: list[str]) -> str:
 
 
 def table(runs: list[Path], screens: list[int], window: int, against: str | None) -> list[str]:
-    rows = {}  # (label, seed) -> (full, {R: screen})
+    read = {}  # (label, seed) -> (rounds, {round: AVG})
     for d in runs:
         cfg = json.loads((d / "config.json").read_text())
-        label, acc = re.sub(r"-seed\d+$", "", d.name), accuracies(d)
-        rows[(label, cfg["seed"])] = (full_metric(acc, cfg["rounds"]),
-                                      {R: screen_metric(acc, R, window) for R in screens})
+        read[(re.sub(r"-seed\d+$", "", d.name), cfg["seed"])] = (cfg["rounds"], accuracies(d))
+    common = {}  # seed -> the rounds every run of that seed evaluated: a screen compares them on the same rounds
+    for (_, seed), (_, acc) in read.items():
+        common[seed] = common[seed] & set(acc) if seed in common else set(acc)
+    rows = {key: (full_metric(acc, n), {R: screen_metric(acc, R, window, common[key[1]]) for R in screens})
+            for key, (n, acc) in read.items()}  # (label, seed) -> (full, {R: screen})
     tail = common_tail([label for label, _ in rows])
     rows = {(label[:len(label) - len(tail)], seed): v for (label, seed), v in rows.items()}
     width = max(len(label) for label, _ in rows) + 2
