@@ -75,12 +75,21 @@ def registry_reachable() -> bool:
         return False
 
 
+@pytest.fixture(scope="module")
+def pip_cache(tmp_path_factory) -> Path:
+    """One pip cache for the module's downloads: Ray's wheel (about 76 MiB) is fetched once."""
+    return tmp_path_factory.mktemp("pip-cache")
+
+
 @pytest.mark.skipif(not registry_reachable(), reason="needs the package registry (pypi.org)")
-def test_wheels_are_ray_of_this_environment_and_everything_it_needs_that_the_machine_lacks(tmp_path):
-    """`kit.py wheels DEST --extra default` (what stage.sh runs): one wheel per package, for CPython 3.12 on x86-64
-    Linux; Ray's version is this environment's; every requirement of Ray (with its default extra) and of each
-    fetched wheel is either among the wheels or one of the machine's packages (torch, lightning, numpy, pandas,
-    scikit-learn, matplotlib, tqdm and theirs), and no wheel is there that nothing requires."""
+def test_wheels_are_ray_of_this_environment_and_everything_it_needs_that_the_machine_lacks(tmp_path, pip_cache,
+                                                                                          monkeypatch):
+    """`kit.py wheels DEST --extra default`: one wheel per package, for CPython 3.12 on x86-64 Linux; Ray's version
+    is this environment's; every requirement of Ray (with its default extra) and of each fetched wheel is either
+    among the wheels or one of the machine's packages (torch, lightning, numpy, pandas, scikit-learn, matplotlib,
+    tqdm and theirs), and no wheel is there that nothing requires. (stage.sh fetches Ray without the extra: its
+    parts, `test_stage_with_ray_packs_its_parts_beside_the_office_data`.)"""
+    monkeypatch.setenv("PIP_CACHE_DIR", str(pip_cache))
     from packaging.tags import compatible_tags, cpython_tags
     from packaging.utils import canonicalize_name, parse_wheel_filename
 
@@ -271,17 +280,7 @@ def test_stage_packs_the_data_in_folders_that_each_fit_one_call_beside_the_tree(
     folders data1, data2, ... each of which fits one call beside the tree (the run tool carries 64 MiB a call; the
     script keeps 1 MiB spare), Office-Caltech in the first; finch-clust's wheel at this environment's version; the
     calls printed in order."""
-    clone = tmp_path / "clone"
-    subprocess.run(["git", "clone", "-q", str(KIT.parent.parent.parent), str(clone)], check=True, timeout=300)
-    shutil.copytree(KIT.parent, clone / "tools" / "gpu", dirs_exist_ok=True)  # the scripts as they are here
-    res = subprocess.run(["bash", "tools/gpu/stage.sh"], cwd=clone, capture_output=True, text=True, timeout=600,
-                         env={**os.environ, "PYTHON": sys.executable, "BENCH_DATA_ROOT": str(data_root),
-                              "PIP_CACHE_DIR": str(tmp_path / "pip-cache")})
-    assert res.returncode == 0, res.stdout + res.stderr
-    listed = subprocess.run(["git", "ls-files", "-co", "--exclude-standard"], cwd=clone, capture_output=True,
-                            text=True, check=True).stdout.split()
-    tree = sum((clone / f).stat().st_size for f in listed)
-    size = lambda d: sum(f.stat().st_size for f in d.rglob("*") if f.is_file())  # noqa: E731
+    clone, res, tree = stage_in_clone(tmp_path, data_root, tmp_path / "pip-cache")
     dev = clone / ".device"
     folders = sorted(dev.glob("data*"), key=lambda d: int(d.name[4:]))
     assert [d.name for d in folders] == [f"data{k}" for k in range(1, len(folders) + 1)]
@@ -299,3 +298,69 @@ def test_stage_packs_the_data_in_folders_that_each_fit_one_call_beside_the_tree(
     calls = [line.strip() for line in res.stdout.splitlines() if "bash tools/gpu/on-device.sh stage" in line]
     assert calls == ['1. [".device/data1", ".device/whl"]   bash tools/gpu/on-device.sh stage',
                      *[f'+  [".device/{d.name}"]   bash tools/gpu/on-device.sh stage' for d in folders[1:]]]
+
+
+@pytest.mark.skipif(not registry_reachable(), reason="needs the package registry (pypi.org): stage.sh fetches Ray's "
+                                                     "wheels and finch-clust's")
+def test_stage_with_ray_packs_its_parts_beside_the_office_data(data_root, tmp_path, pip_cache):
+    """`bash tools/gpu/stage.sh ray office` in a clone of this checkout: Office-Caltech, USPS and SVHN alone in
+    data1 (the Office runs and the engine tests), Ray without its `default` extra (no dashboard wheels), in parts of
+    at most half a call; the printed calls carry every folder once, data1 and the wheel in the first, each call at
+    most 63 MiB beside the tree, no more calls than the bytes need plus one, and the last call holding a part of
+    Ray's says it installs Ray; the parts joined are the wheels of REQUIRED.txt."""
+    clone, res, tree = stage_in_clone(tmp_path, data_root, pip_cache, "ray", "office")
+    dev = clone / ".device"
+    assert sorted(str(f.relative_to(dev / "data1")) for f in (dev / "data1").rglob("*.npz")) == sorted(
+        [f"office_caltech10/{d}.npz" for d in ("caltech", "amazon", "webcam", "dslr")]
+        + [f"digits/{d}.npz" for d in ("usps_train", "usps_test", "svhn_train_first1083")])
+    assert not (dev / "data2").exists()
+    calls = [ln.strip() for ln in res.stdout.splitlines() if "bash tools/gpu/on-device.sh stage" in ln]
+    carried = [json_list(ln) for ln in calls]
+    folders = sorted(str(d.relative_to(clone)) for d in dev.iterdir())
+    assert sorted(f for c in carried for f in c) == folders  # each once
+    assert carried[0][:2] == [".device/data1", ".device/whl"]
+    cap = 63 * 2**20 - tree
+    assert all(sum(size(clone / f) for f in c) <= cap for c in carried)
+    assert len(carried) <= -(-sum(size(clone / f) for f in folders) // cap) + 1
+    parts = sorted((d for d in dev.glob("ray*")), key=lambda d: int(d.name[3:]))
+    assert all(size(d) <= cap / 2 + 200 for d in parts)  # (the part and its sha256 line)
+    with_ray = [k for k, c in enumerate(carried) if any(f.startswith(".device/ray") for f in c)]
+    assert [k for k, ln in enumerate(calls) if "installs, checks Ray" in ln] == [with_ray[-1]]
+    gathered = tmp_path / "parts"
+    gathered.mkdir()
+    for d in parts:
+        for f in d.iterdir():
+            shutil.copy(f, gathered / f.name)
+    assert kit("join", str(gathered), str(tmp_path / "ray-wheels.tar"), cwd=tmp_path).returncode == 0
+    with tarfile.open(tmp_path / "ray-wheels.tar") as t:
+        names = {Path(n).name for n in t.getnames()}
+        required = t.extractfile("./REQUIRED.txt").read().decode().split()
+    wheels = {n.split("-")[0].lower().replace("_", "-") for n in names if n.endswith(".whl")}
+    assert {r.split("==")[0] for r in required} == wheels and f"ray=={metadata.version('ray')}" in required
+    assert not {"grpcio", "pydantic", "aiohttp-cors", "py-spy"} & wheels  # the default extra's
+
+
+def stage_in_clone(tmp_path: Path, data_root: Path, pip_cache: Path, *args: str):
+    """`bash tools/gpu/stage.sh ARGS` in a clone of this checkout (its tools/gpu as they are here): the clone, the
+    finished process (checked) and the size of the tree that travels beside the staged folders."""
+    clone = tmp_path / "clone"
+    subprocess.run(["git", "clone", "-q", str(KIT.parent.parent.parent), str(clone)], check=True, timeout=300)
+    shutil.copytree(KIT.parent, clone / "tools" / "gpu", dirs_exist_ok=True)
+    res = subprocess.run(["bash", "tools/gpu/stage.sh", *args], cwd=clone, capture_output=True, text=True, timeout=900,
+                         env={**os.environ, "PYTHON": sys.executable, "BENCH_DATA_ROOT": str(data_root),
+                              "PIP_CACHE_DIR": str(pip_cache)})
+    assert res.returncode == 0, res.stdout + res.stderr
+    listed = subprocess.run(["git", "ls-files", "-co", "--exclude-standard"], cwd=clone, capture_output=True,
+                            text=True, check=True).stdout.split()
+    return clone, res, sum((clone / f).stat().st_size for f in listed)
+
+
+def size(folder: Path) -> int:
+    return sum(f.stat().st_size for f in folder.rglob("*") if f.is_file())
+
+
+def json_list(call: str) -> list[str]:
+    """The carried folders of one printed call: `1. [".device/data1", ".device/whl"]   bash ...`."""
+    import json
+
+    return json.loads(call[call.index("["):call.index("]") + 1])

@@ -10,7 +10,8 @@
 
 What the machine has (docs/running.md, GPU runbook): torch, lightning, numpy, pandas, scikit-learn, matplotlib, tqdm and
 what they require, read from this environment's installed metadata; every other package that Ray requires (with
---extra default, also those of ray[default], as pyproject.toml asks) is fetched, and what those require in turn.
+--extra default, also those of ray[default], as pyproject.toml asks; stage.sh asks none: the machine's runs need no
+dashboard) is fetched, and what those require in turn.
 `split` and `join` need only the standard library (the machine's Python runs `join`).
 """
 from __future__ import annotations

@@ -19,7 +19,8 @@
 #                    line; BENCH_ARGS adds to its flags, e.g. "--full-runs --full-rounds 3"); then `poll 0`. Run
 #                    `stage` first (in the same call: `stage && window ...`). WINDOW_TESTS=0: no engine tests (the
 #                    GPU for the runs alone); WINDOW_TESTS=bf16: only the bfloat16 ones (about 30: the open CUDA
-#                    question)
+#                    question). While it waits for the runs it writes the GPU's use and the processes on it every
+#                    30 s to gpu.log
 set -uo pipefail
 K=${KIT_HOME:-/root}; R=$K/fpdata; P=$K/proj; L=$K/logs; S=$K/site; W=$K/rayparts
 export PYTHONPATH=$S:$P WANDB_MODE=disabled PYTHONUNBUFFERED=1 BENCH_DATA_ROOT=$R RAY_USAGE_STATS_ENABLED=0
@@ -86,7 +87,12 @@ case "${1:-}" in
             echo "pytest exit status $?" >> $L/test-fused-cuda.log)
            tail -n 3 $L/test-fused-cuda.log
          fi
-         while [ $SECONDS -lt $((end - 90)) ] && running; do sleep 5; done
+         next=0   # the GPU's use every 30 s while the runs go on, to gpu.log (in logs.tgz)
+         while [ $SECONDS -lt $((end - 90)) ] && running; do
+           if [ $SECONDS -ge $next ]; then next=$((SECONDS + 30))
+             echo "$(date +%T) $(nvidia-smi --query-gpu=utilization.gpu,memory.used --format=csv,noheader 2>/dev/null)," \
+                  "$(nvidia-smi --query-compute-apps=pid --format=csv,noheader 2>/dev/null | wc -l) processes" >> $L/gpu.log; fi
+           sleep 5; done
          running && echo "the sweep is still running: no bench in this window" || {
            echo "sweep done at ${SECONDS} s; bench with $((end - SECONDS - 30)) s left"
            (cd $P && timeout -s INT $((end - SECONDS - 30)) python3 -m ray_jobs.bench --skip-ray ${BENCH_ARGS:-} \
