@@ -36,13 +36,6 @@ def assign_groups(clients: list[dict], num_groups: int) -> list[list[dict]]:
 RESTART_TIMEOUT_S = 600  # a restarting client actor that is not back by then stops the run
 
 
-def ray_node() -> str | None:
-    """The id of the Ray node this process runs on (None outside Ray): the provenance of a run over several nodes."""
-    import ray
-
-    return ray.get_runtime_context().get_node_id() if ray.is_initialized() else None
-
-
 def ray_placement() -> dict:
     """Where Ray placed this process: its node, the resources it holds (e.g. {"CPU": 1.0, "GPU": 0.05}) and the ids
     of the GPUs Ray gave it (several actors on one GPU share its id); empty outside Ray."""

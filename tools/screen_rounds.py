@@ -39,13 +39,13 @@ def full_metric(acc: dict[int, float], rounds: int) -> float:
     return sum(acc[r] for r in range(rounds - LAST_K, rounds)) / LAST_K
 
 
-def screen_metric(acc: dict[int, float], rounds: int, window: int, common: set[int] | None = None) -> float:
-    """Mean AVG of the evaluated rounds among the screen's last `window` rounds (0-based rounds R - window to R - 1),
-    of those in `common` when given (the rounds every run compared with this one evaluated)."""
-    got = [a for r, a in acc.items() if rounds - window <= r < rounds and (common is None or r in common)]
+def screen_metric(acc: dict[int, float], rounds: int, window: int, common: set[int]) -> float:
+    """Mean AVG of the rounds in `common` (the rounds every run compared with this one evaluated) among the screen's
+    last `window` rounds (0-based rounds R - window to R - 1)."""
+    got = [a for r, a in acc.items() if rounds - window <= r < rounds and r in common]
     if not got:
-        raise SystemExit(f"error: no round evaluated {'by every run of a seed ' if common is not None else ''}"
-                         f"among rounds {rounds - window} to {rounds - 1}: widen --window")
+        raise SystemExit(f"error: no round evaluated by every run of a seed among rounds {rounds - window} to "
+                         f"{rounds - 1}: widen --window")
     return sum(got) / len(got)
 
 

@@ -29,7 +29,9 @@ rm -rf .device && mkdir -p .device/whl
 # and SYN (Digits), then MNIST-M (digit5)
 mib() { awk '{s += $1} END {printf "%.1f", s / 1048576}'; }
 TREE=$(git ls-files -z -co --exclude-standard | xargs -0 stat -c %s 2>/dev/null | mib)
-BUDGET=$(awk -v t="$TREE" -v w="$(stat -c %s .device/whl/* | mib)" 'BEGIN {printf "%d", (63 - t - w) * 1048576}')
+CAP=$(awk -v t="$TREE" 'BEGIN {printf "%d", (63 - t) * 1048576}')   # what one call carries beside the tree
+bytes() { find "$@" -type f -exec stat -c %s {} + | awk '{s += $1} END {print s + 0}'; }
+BUDGET=$((CAP - $(bytes .device/whl)))   # a data folder's share: data1 travels with the wheel
 FILES=(office_caltech10/caltech.npz office_caltech10/amazon.npz office_caltech10/webcam.npz office_caltech10/dslr.npz
        digits/usps_train.npz digits/usps_test.npz digits/svhn_train_first1083.npz)
 [ $OFFICE = 1 ] || FILES+=(digits/mnist_train.npz digits/mnist_test.npz digits/syn_test.npz digits/syn_train_part0.npz
@@ -44,8 +46,6 @@ for f in "${FILES[@]}"; do
   mkdir -p ".device/data$k/$(dirname "$f")" && cp "$D/$f" ".device/data$k/$f"; used=$((used + size))
 done
 # the calls: each data folder one (data1 with the wheel), then Ray's parts, each in the first call with room for it
-CAP=$(awk -v t="$TREE" 'BEGIN {printf "%d", (63 - t) * 1048576}')   # what one call carries beside the tree
-bytes() { find "$@" -type f -exec stat -c %s {} + | awk '{s += $1} END {print s + 0}'; }
 CALLS=(); LEFT=()   # each call's folders, and the bytes it has left
 for d in $(ls -d .device/data* | sort -V); do
   c=$d; [ "$d" = .device/data1 ] && c="$d .device/whl"
