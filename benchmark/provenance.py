@@ -61,8 +61,17 @@ def cpu_model() -> str:
 NATIVE_BF16_FLAGS = ("avx512_bf16", "amx_bf16")
 
 
+# the processor flags to assume instead of the machine's, where set (space- or comma-separated; empty: none): the tests'
+# way to tell every process they start (sweep workers, subprocesses, Ray workers: all inherit it) which processor to
+# assume, so the suite's runs pick the same precision under `--precision auto` on any machine
+CPU_FLAGS_ENV = "BENCH_CPU_FLAGS"
+
+
 def cpu_flags() -> set[str]:
-    """The processor's feature flags, from /proc/cpuinfo's first `flags` line; none where there is no such file."""
+    """The processor's feature flags, from /proc/cpuinfo's first `flags` line; none where there is no such file;
+    $BENCH_CPU_FLAGS's (`CPU_FLAGS_ENV`) where it is set."""
+    if (assumed := os.environ.get(CPU_FLAGS_ENV)) is not None:
+        return set(assumed.replace(",", " ").split())
     try:
         with open("/proc/cpuinfo") as f:
             for line in f:

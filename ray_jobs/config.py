@@ -30,6 +30,14 @@ from lightning_modules.privacy import FUSED_REFUSAL, private
 from lightning_modules.registry import METHODS
 
 DEVICES = ("auto", "cpu", "cuda")  # --device (auto: cuda when the process sees a GPU)
+# the protocol's fields that a run's default name carries where they depart from its preset's (RunConfig's defaults,
+# FPL's protocol, without a preset), each with its label there (`RunConfig.departures`): a short run (2 rounds, 5% of
+# the samples, a capped test set) or one in another precision never takes, or blocks, a protocol run's folder. The
+# fields the name carries always (method, dataset, domains, split, label skew, hyperparameters, participation,
+# erasing, seed) are not listed
+DEPARTURE_LABELS = {"rounds": "rounds", "local_epochs": "epochs", "batch_size": "batch", "lr": "lr",
+                    "momentum": "sgdmomentum", "weight_decay": "wd", "drop_last": "droplast", "aggregation": "agg",
+                    "client_init": "init", "client_fraction": "fraction", "eval_max": "evalmax", "precision": ""}
 
 
 def auto_precision(flags: set[str], cuda: bool) -> str:
@@ -345,7 +353,25 @@ class RunConfig:
         defaults = self.hparam_defaults
         hp = "".join(f"-{k}{v:g}" if isinstance(v, float) else f"-{k}{v}"
                      for k, v in self.hparams.items() if v != defaults[k])
-        return f"{self.method}-{self.dataset}{dom}-{self.split}{skew}{hp}{part}-seed{self.seed}"
+        return f"{self.method}-{self.dataset}{dom}-{self.split}{skew}{hp}{part}{self.departures_name}-seed{self.seed}"
+
+    @property
+    def departures_name(self) -> str:
+        """What the run's default name says of its `departures`: -rounds2-epochs1-fraction0.05-bf16-mixed ("" for
+        none)."""
+        return "".join(f"-{DEPARTURE_LABELS[k]}{v:g}" if isinstance(v, (int, float)) and not isinstance(v, bool)
+                       else f"-{DEPARTURE_LABELS[k]}{str(v).lower()}" for k, v in self.departures.items())
+
+    @property
+    def departures(self) -> dict:
+        """The fields of `DEPARTURE_LABELS` whose values depart from the preset's (RunConfig's defaults without one),
+        with this run's values: what its default name carries (-rounds2-fraction0.05-bf16-mixed), its config.json
+        records and its printed summary says; none for a table's full-protocol run. The aggregation of a method that
+        averages no weights is moot (`benchmark.results.protocol`), never a departure."""
+        fields = RunConfig.__dataclass_fields__
+        base = {**{k: fields[k].default for k in DEPARTURE_LABELS}, **PRESETS.get(self.preset, {})}
+        return {k: getattr(self, k) for k in DEPARTURE_LABELS if getattr(self, k) != base[k]
+                and (k != "aggregation" or self.averages_weights)}
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)

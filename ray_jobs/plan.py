@@ -54,7 +54,7 @@ def plan(table: str, profile: str, requested_domains: list[str] | None, results_
                                             data_root=None if root is None else str(root),
                                             domains=domains_for(dataset_of[preset], requested_domains),
                                             wandb_group=f"{report_name(table)}-{profile}",
-                                            **{**spec.overrides(profile, preset), **(extra or {})})
+                                            **{**spec.overrides(profile), **(extra or {})})
                 runs.append(dataclasses.replace(cfg, out=str(results_dir / "runs" / cfg.run_name)))
     return runs
 
@@ -94,8 +94,9 @@ def reported_runs(runs: list[RunConfig]) -> list[RunConfig]:
 
 def check_no_finished_run_replaced(runs: list[RunConfig]) -> None:
     """Stop before any run when one of `runs` (those to make: none complete under its own protocol) would replace a
-    finished run, which is then of another protocol, in its folder (`make table2 PRECISION=bf16-mixed` over the
-    committed 32-true runs: the folder's name is the same)."""
+    finished run, which is then of another protocol, in its folder (a run's name carries what departs from its
+    preset, `RunConfig.departures`; a run recorded by older code can still clash: a bf16-mixed run that ray_jobs.run's
+    former default, auto, made under the 32-true name)."""
     clash = [(c, protocol_difference(read_summary(Path(c.out))["protocol"], protocol(c), "there"))
              for c in runs if is_complete(Path(c.out))]
     if clash:

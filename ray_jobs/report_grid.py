@@ -53,7 +53,7 @@ def row_runs(table: str, profile: str, every: list[RunConfig], dataset: str, met
     plain = []
     for c in {c.seed: c for c in mine}.values():
         cfg = RunConfig.from_preset(c.preset, method=method, seed=c.seed, domains=c.domains, data_root=c.data_root,
-                                    wandb_group=c.wandb_group, **spec.overrides(profile, c.preset))
+                                    wandb_group=c.wandb_group, **spec.overrides(profile))
         plain.append(dataclasses.replace(cfg, out=str(Path(c.out).parent / cfg.run_name)))
     return plain
 

@@ -149,17 +149,18 @@ def build_parser() -> argparse.ArgumentParser:
                    help="CUDA: cuDNN times each convolution shape's algorithms once and keeps the fastest "
                         "(torch.backends.cudnn.benchmark; on by default, --no-cudnn-benchmark for cuDNN's heuristics); "
                         "not part of a run's protocol")
-    p.add_argument("--precision", default=AUTO_PRECISION,
+    p.add_argument("--precision", default=None,
                    help="32-true (float32, as the references), bf16-mixed (bfloat16 autocast, Lightning's plugin) or "
-                        "auto (default): bf16-mixed on a CPU whose processor has native bfloat16 (AVX512-BF16 or "
-                        "AMX-BF16 in its flags), else 32-true, and 32-true on CUDA; the run records its pick "
-                        "(config.json, its protocol). A paper table's sweep keeps 32-true unless asked")
+                        f"{AUTO_PRECISION}: bf16-mixed on a CPU whose processor has native bfloat16 (AVX512-BF16 or "
+                        "AMX-BF16 in its flags), else 32-true, and 32-true on CUDA (default: the preset's, 32-true, on "
+                        "any processor); the run records its pick (config.json, its protocol), and one away from the "
+                        "preset's says so in its name (-bf16-mixed)")
     p.add_argument("--data-root", default=None, help="default: $BENCH_DATA_ROOT, ./data, ../shared/data")
     p.add_argument("--out", default=None,
                    help=f"run folder (default {DEFAULT_OUT}/<run-name>; one holding a finished run is never replaced)")
     p.add_argument("--name", default=None,
-                   help="run name (default method-dataset-split-seed; each --hp away from the method's default before "
-                        "-seed, '-alpha0.5')")
+                   help="run name (default method-dataset-split-seed; before -seed each --hp away from the method's "
+                        "default, '-alpha0.5', and each protocol value away from the preset's, '-rounds2-bf16-mixed')")
     p.add_argument("--wandb-project", default=d["wandb_project"].default, help="the W&B project of the run")
     p.add_argument("--wandb-group", default=None, help="its W&B group (default: the dataset)")
     p.add_argument("--quiet", action="store_true", help="no progress bar or per-round lines")
@@ -182,7 +183,8 @@ def config_from_args(args) -> RunConfig:
     given = {k: v for k, v in dict(dataset=args.dataset, split=split, rounds=args.rounds,
                                    local_epochs=args.local_epochs, batch_size=args.batch_size, lr=args.lr,
                                    momentum=args.momentum, aggregation=args.aggregation, client_init=args.client_init,
-                                   participation=args.participation, erasing=args.erasing or None).items()
+                                   participation=args.participation, erasing=args.erasing or None,
+                                   precision=args.precision).items()
              if v is not None}
     if args.split == DIRICHLET or args.dirichlet_alpha is not None:
         given["dirichlet_alpha"] = DIRICHLET_ALPHA if args.dirichlet_alpha is None else args.dirichlet_alpha
@@ -195,7 +197,7 @@ def config_from_args(args) -> RunConfig:
         executor=args.executor, num_actors=args.num_actors, spread=args.spread, cpus_per_actor=args.cpus_per_actor,
         gpus_per_actor=args.gpus_per_actor, driver_cpus=args.driver_cpus, driver_gpus=args.driver_gpus,
         device=args.device, actor_restarts=args.actor_restarts,
-        checkpoint_every=args.checkpoint_every, engine=args.engine, precision=args.precision, compile=args.compile,
+        checkpoint_every=args.checkpoint_every, engine=args.engine, compile=args.compile,
         cudnn_benchmark=args.cudnn_benchmark,
         client_memory=args.client_memory, data_root=args.data_root, out=args.out, name=args.name,
         wandb_project=args.wandb_project, wandb_group=args.wandb_group,
@@ -400,7 +402,8 @@ def run(cfg: RunConfig, quiet: bool = False, resume: bool = False,
         print(f"note: {out} holds checkpoints of an earlier run; starting afresh (pass --resume to continue it)",
               flush=True)
     first = 0 if start is None else start["round"] + 1
-    record_cfg = {**cfg.to_dict(), "run_name": cfg.run_name, "dropped_domains": cfg.dropped_domains,
+    record_cfg = {**cfg.to_dict(), "run_name": cfg.run_name, "departures": cfg.departures,
+                  "dropped_domains": cfg.dropped_domains,
                   "model_options": model_options(cfg.hparams),
                   "data_root": str(root), "out": str(out),
                   "resumed_after_round": None if start is None else start["round"]}
@@ -479,12 +482,16 @@ def run(cfg: RunConfig, quiet: bool = False, resume: bool = False,
     return summary
 
 
-def format_table(summary: dict) -> str:
+def format_table(summary: dict, departures: dict | None = None) -> str:
+    """The printed summary: its title (the run's precision always, and its `departures` from the preset's protocol:
+    `RunConfig.departures`) and its final (and last-5) accuracy per domain."""
     df = pd.DataFrame({"final": summary["final"], **({"last5": summary["last5"]} if summary["last5"] else {})}).T
     title = (f"{summary['method']} on {summary['dataset']} ({summary['split']} split, seed {summary['seed']}, "
-             f"{summary['rounds']} rounds)")
+             f"{summary['rounds']} rounds, {summary['protocol']['precision']})")
     if summary.get("dropped_domains"):
         title += f"; without {', '.join(summary['dropped_domains'])}"
+    if departures:
+        title += "; away from the preset's protocol: " + ", ".join(f"{k} {v}" for k, v in departures.items())
     return f"{title}\n{df.to_string(float_format=lambda v: f'{v:6.2f}')}"
 
 
@@ -517,7 +524,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: interrupted; the run folder keeps every complete round (checkpoint). To continue, {hint}",
               file=sys.stderr)
         return 130
-    print(format_table(summary))
+    print(format_table(summary, cfg.departures))
     print(f"run folder: {out}  ({time.time() - t0:.0f}s)")
     return 0
 

@@ -14,6 +14,7 @@ import torch
 
 from benchmark.data import DataError, resolve_data_root
 from benchmark.download import root_with_svhn
+from benchmark.provenance import CPU_FLAGS_ENV
 
 SHARED_DATA = Path(__file__).resolve().parent.parent.parent / "shared" / "data"
 
@@ -48,6 +49,10 @@ def isolated_env(tmp_path_factory):
         # prints a warning line; stop 35's CI failed so on a 252 GB disk with about 12 GB free. The tests spill
         # megabytes: the bound is 99% here (users keep Ray's default).
         "RAY_local_fs_capacity_threshold": "0.99",
+        # the processor every process of the suite assumes (`benchmark.provenance.cpu_flags`; they all inherit it):
+        # none of native bfloat16, so that `--precision auto` picks 32-true on any machine; a test that runs a path
+        # under both kinds gives its own (`PROCESSORS`)
+        CPU_FLAGS_ENV: "",
     }
     unset = ("RAY_ADDRESS", "RAY_AUTH_MODE", "RAY_AUTH_TOKEN", "BENCH_DATA_ROOT")
     for k in ("WANDB_DIR", "WANDB_CACHE_DIR", "WANDB_DATA_DIR", "WANDB_CONFIG_DIR"):
@@ -82,14 +87,9 @@ def torch_threads():
     yield
 
 
-@pytest.fixture(scope="session", autouse=True)
-def no_native_bf16():
-    """The suite's runs are 32-true on any processor: `--precision auto` (ray_jobs.run's default) sees a processor
-    without native bfloat16 here, unless a test gives flags of its own (`ray_jobs.config.cpu_flags`); runs the suite
-    starts in other processes (sweep workers, subprocesses) read the machine's."""
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setattr("ray_jobs.config.cpu_flags", set)
-        yield
+# the two kinds of processor the suite must pass on, as `CPU_FLAGS_ENV` gives them to a process: AVX2 alone, and
+# AVX512-BF16 (native bfloat16); a test parametrised over it runs its processes as on each
+PROCESSORS = {"avx2": "avx avx2 fma", "native-bf16": "avx avx2 fma avx512f avx512_bf16"}
 
 
 @pytest.fixture(scope="session")

@@ -444,21 +444,34 @@ def test_precision_auto_picks_bf16_mixed_only_on_a_cpu_with_native_bfloat16(flag
     assert auto_precision(flags, cuda) == picked
 
 
-def test_precision_auto_is_the_runs_default_and_recorded_as_picked(capsys, tmp_path, data_root, monkeypatch):
-    """`ray_jobs.run` without --precision: auto, picked from the processor's flags (given here both ways); the run's
-    config.json and protocol record the pick, never auto. RunConfig's own default (the tables') stays 32-true."""
+def test_a_run_is_32_true_unless_asked_and_auto_records_its_pick(capsys, tmp_path, data_root, monkeypatch):
+    """`ray_jobs.run` without --precision: the preset's 32-true on either processor (flags given here both ways);
+    with --precision auto, picked from the flags, and the pick (never auto) in config.json, the protocol, the
+    run's name (-bf16-mixed: away from the preset's precision), its recorded departures and its summary line."""
     import json
 
     from benchmark.results import protocol
     from ray_jobs.run import build_parser, config_from_args
 
-    assert RunConfig().precision == "32-true"
     for flags, picked in ((AVX2_FLAGS, "32-true"), (AVX2_FLAGS | {"avx512_bf16"}, "bf16-mixed")):
         monkeypatch.setattr("ray_jobs.config.cpu_flags", lambda flags=flags: set(flags))
-        cfg = config_from_args(build_parser().parse_args(["--executor", "local", "--device", "cpu"]))
-        assert cfg.precision == picked and protocol(cfg)["precision"] == picked
+        plain = config_from_args(build_parser().parse_args(["--executor", "local", "--device", "cpu"]))
+        assert (plain.precision, plain.departures, plain.run_name) == ("32-true", {}, "fpl-digits-code-seed0")
+        auto = config_from_args(build_parser().parse_args(["--executor", "local", "--device", "cpu",
+                                                            "--precision", "auto"]))
+        assert auto.precision == picked and protocol(auto)["precision"] == picked
+        assert auto.run_name == "fpl-digits-code-seed0" if picked == "32-true" else \
+            auto.run_name == "fpl-digits-code-bf16-mixed-seed0"
     out = tmp_path / "run"  # the last pick, bf16-mixed, through a run
     assert main(["--method", "fedavg", "--dataset", "office_caltech", "--domains", "webcam,dslr", *SMALL, "--quiet",
-                 "--device", "cpu", "--data-root", str(data_root), "--out", str(out)]) == 0
-    assert json.loads((out / "config.json").read_text())["precision"] == "bf16-mixed"
+                 "--device", "cpu", "--precision", "auto", "--data-root", str(data_root), "--out", str(out)]) == 0
+    config = json.loads((out / "config.json").read_text())
+    assert config["precision"] == "bf16-mixed" and config["departures"] == {
+        "rounds": 1, "local_epochs": 1, "client_fraction": 0.05, "eval_max": 50, "precision": "bf16-mixed"}
+    assert config["run_name"] == ("fedavg-office_caltech-no_caltech_amazon-default-rounds1-epochs1-fraction0.05-"
+                                  "evalmax50-bf16-mixed-seed0")
     assert json.loads((out / "summary.json").read_text())["protocol"]["precision"] == "bf16-mixed"
+    title = next(line for line in capsys.readouterr().out.splitlines() if line.startswith("fedavg on"))
+    assert title.startswith("fedavg on office_caltech (default split, seed 0, 1 rounds, bf16-mixed)")
+    assert title.endswith("away from the preset's protocol: rounds 1, local_epochs 1, client_fraction 0.05, "
+                          "eval_max 50, precision bf16-mixed")

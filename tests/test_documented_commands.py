@@ -78,11 +78,13 @@ def test_the_pages_show_commands_of_each_kind():
 @pytest.mark.parametrize("page, argv", [(p, a) for p, k, a in COMMANDS if k == "run"],
                          ids=lambda x: x if isinstance(x, str) else " ".join(x))
 def test_a_documented_run_command_makes_its_config(page, argv):
-    from ray_jobs.run import build_parser, config_from_args
+    from ray_jobs.run import build_parser, config_from_args, run_folder
 
     cfg = config_from_args(build_parser().parse_args(argv))
     if "--method" in argv:
         assert cfg.method == argv[argv.index("--method") + 1], page
+    if cfg.departures and not cfg.out:  # a short run: a folder of its own, free on a fresh clone (`departures_name`)
+        assert cfg.departures_name in run_folder(cfg).name and not (run_folder(cfg) / "summary.json").exists(), page
     # every plain `--flag value` the page shows is the config's value (typed as the field), the preset's aside
     for flag, value in zip(argv, argv[1:]):
         name = flag.removeprefix("--").replace("-", "_")

@@ -205,6 +205,8 @@ def test_fedapc_presets_and_their_client_counts_on_the_real_data(data_root):
 
 TABLE_METHODS = ["fedavg", "moon", "fedproto", "fedapc", "fedapc_noaug"]
 SMOKE_METHODS = ["fedavg", "fedapc", "fedapc_noaug"]  # the smoke profile's rows (MOON's, FedProto's: Table 2's)
+# what the smoke profile's run names carry of its departures from the presets (`RunConfig.departures`)
+SMOKE = RunConfig.from_preset("fedapc-office", **TABLES["fedapc"].overrides("smoke")).departures_name
 
 
 @pytest.fixture(scope="module")
@@ -238,7 +240,7 @@ def test_table_fedapc_smoke_report_beside_tables_1_and_2(table, data_root, capsy
     assert cell("fedapc_noaug", "digits", "AVG of 3")["paper"] == pytest.approx((94.26 + 84.34 + 55.83) / 3)
     for m in SMOKE_METHODS:
         for ds, n_clients in (("digits", 6), ("office_caltech", 8)):
-            run = table / "runs" / f"{m}-{ds}{'-no_svhn' if ds == 'digits' else ''}-fedapc-seed0"
+            run = table / "runs" / f"{m}-{ds}{'-no_svhn' if ds == 'digits' else ''}-fedapc{SMOKE}-seed0"
             config = json.loads((run / "config.json").read_text())
             summary = json.loads((run / "summary.json").read_text())
             assert (config["split"], config["batch_size"], len(config["clients"])) == ("fedapc", 32, n_clients)

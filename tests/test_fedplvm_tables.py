@@ -21,6 +21,9 @@ from ray_jobs.tables import GROUPS, TABLES, make_target
 
 DOMAINS = "mnist,usps,amazon,dslr"  # two domains of each dataset (the shared data has no full SVHN)
 T12 = ["fedavg", "fedprox", "fedproto", "fedpcl", "fedfa", "fpl", "fedplvm"]  # the paper's row order
+# what the smoke profile's run names carry of its departures from the presets (`RunConfig.departures`)
+SMOKE = RunConfig.from_preset("fedplvm-digit5", **TABLES["fedplvm12"].overrides("smoke")).departures_name
+SKEW_SMOKE = RunConfig.from_preset("fedplvm-digit5-skew", **TABLES["fedplvm78"].overrides("smoke")).departures_name
 
 
 @pytest.fixture(scope="module")
@@ -48,8 +51,8 @@ def test_tables_1_and_2_beside_the_paper(smoke):
     assert cell("fedproto", "office10", "dslr")["paper"] == 57.38  # Table 2
     assert cell("fpl", "office10", "AVG of 2")["paper"] == pytest.approx((54.38 + 61.25) / 2)
     for m in T12:  # ours: the final round of each run (FedPLVM's metric), not the last-5 mean
-        for ds, name in (("digit5", f"{m}-digit5-no_svhn_syn_mnistm-default-seed0"),
-                         ("office10", f"{m}-office10-no_caltech_webcam-default-seed0")):
+        for ds, name in (("digit5", f"{m}-digit5-no_svhn_syn_mnistm-default{SMOKE}-seed0"),
+                         ("office10", f"{m}-office10-no_caltech_webcam-default{SMOKE}-seed0")):
             s = summary(smoke, name)
             assert s["rounds"] == 2
             for dom, v in s["final"].items():
@@ -87,14 +90,14 @@ def test_ablation_tables_and_the_shared_run(smoke, data_root):
     # every ablation's FedPLVM row is the one Digit-5 run of Tables 1-2; 28 distinct runs in all (Table 11's 1 and the
     # grids' 2 new)
     names = sorted(p.name for p in (smoke / "runs").iterdir())
-    assert len(names) == 28 and names.count("fedplvm-digit5-no_svhn_syn_mnistm-default-seed0") == 1
-    v = summary(smoke, "fedplvm-digit5-no_svhn_syn_mnistm-default-seed0")["final"]["AVG"]
+    assert len(names) == 28 and names.count(f"fedplvm-digit5-no_svhn_syn_mnistm-default{SMOKE}-seed0") == 1
+    v = summary(smoke, f"fedplvm-digit5-no_svhn_syn_mnistm-default{SMOKE}-seed0")["final"]["AVG"]
     for t in ("3", "4", "5"):
         df = pd.read_csv(smoke / f"tablefedplvm{t}.csv")
         assert (df[(df.method == "fedplvm") & (df.domain == "AVG of 2")].iloc[0]["ours_mean"]
                 == pytest.approx(v, abs=1e-4))
     executors = {n: json.loads((smoke / "runs" / n / "config.json").read_text())["executor"] for n in names}
-    assert {n for n, e in executors.items() if e == "ray"} == {f"{m}-digit5-no_svhn_syn_mnistm-default-seed0"
+    assert {n for n, e in executors.items() if e == "ray"} == {f"{m}-digit5-no_svhn_syn_mnistm-default{SMOKE}-seed0"
                                                               for m in ("fedplvm", "fedplvm_no_global_clustering")}
     # resumable: a second sweep of the group runs nothing
     runs = {r.out: r for t in GROUPS["fedplvm"] for r in plan(t, "smoke", DOMAINS.split(","), smoke, str(data_root))}
@@ -111,14 +114,15 @@ def test_tables_7_and_8_label_skew(smoke):
     assert cell("digit5", "usps")["paper"] == 73.98 and cell("office10", "dslr")["paper"] == 59.79
     assert cell("office10", "AVG of 2")["paper"] == pytest.approx((55.28 + 59.79) / 2)
     for ds, alpha, name in ((
-            "digit5", 0.5, "fedplvm-digit5-no_svhn_syn_mnistm-default-dirichlet0.5-seed0"),
-            ("office10", 1.0, "fedplvm-office10-no_caltech_webcam-default-dirichlet1-seed0")):
+            "digit5", 0.5, f"fedplvm-digit5-no_svhn_syn_mnistm-default-dirichlet0.5{SKEW_SMOKE}-seed0"),
+            ("office10", 1.0, f"fedplvm-office10-no_caltech_webcam-default-dirichlet1{SKEW_SMOKE}-seed0")):
         cfg = json.loads((smoke / "runs" / name / "config.json").read_text())
         assert cfg["dirichlet_alpha"] == alpha and cfg["aggregation"] == "samples" and cfg["client_fraction"] == 1.0
         assert all(sum(c["class_counts"]) == c["num_samples"] for c in cfg["clients"])
         assert summary(smoke, name)["final"]["AVG"] == pytest.approx(cell(ds, "AVG of 2")["ours_mean"], abs=1e-4)
-    usps = next(c for c in json.loads((smoke / "runs" / "fedplvm-digit5-no_svhn_syn_mnistm-default-dirichlet0.5-seed0"
-                                       / "config.json").read_text())["clients"] if c["domain"] == "usps")
+    name = f"fedplvm-digit5-no_svhn_syn_mnistm-default-dirichlet0.5{SKEW_SMOKE}-seed0"
+    usps = next(c for c in json.loads((smoke / "runs" / name / "config.json").read_text())["clients"]
+                if c["domain"] == "usps")
     assert usps["class_counts"] == [5, 1, 2, 7, 2, 9, 20, 1, 3, 14]  # seed 0's draw (tests/test_label_skew.py)
     text = (smoke / "tablefedplvm78.md").read_text()
     assert "Preset fedplvm-digit5" in text and "Dirichlet label skew alpha 0.5 " in text
@@ -131,7 +135,7 @@ def test_table9_kmeans(smoke):
     assert list(dict.fromkeys(df.method)) == ["fedplvm_kmeans_adaptive"]
     row = df[df.domain == "usps"].iloc[0]
     assert row["paper"] == 85.83
-    s = summary(smoke, "fedplvm_kmeans_adaptive-digit5-no_svhn_syn_mnistm-default-seed0")
+    s = summary(smoke, f"fedplvm_kmeans_adaptive-digit5-no_svhn_syn_mnistm-default{SMOKE}-seed0")
     assert s["hparams"]["clustering"] == "kmeans" and s["hparams"]["kmeans_k"] == "adaptive"
     assert row["ours_mean"] == pytest.approx(s["final"]["usps"], abs=1e-4)
 
@@ -140,7 +144,7 @@ def test_table12_local_clustering_global_average(smoke):
     df = pd.read_csv(smoke / "tablefedplvm_t12.csv")
     assert list(dict.fromkeys(df.method)) == ["fedplvm_cluster_avg"]
     assert df[df.domain == "mnist"].iloc[0]["paper"] == 89.43
-    rounds = read_jsonl(smoke / "runs" / "fedplvm_cluster_avg-digit5-no_svhn_syn_mnistm-default-seed0"
+    rounds = read_jsonl(smoke / "runs" / f"fedplvm_cluster_avg-digit5-no_svhn_syn_mnistm-default{SMOKE}-seed0"
                         / "metrics.jsonl")
     assert [r["prototypes_received"] for r in rounds[1:]] == [10]  # one global prototype per class
 
@@ -156,7 +160,7 @@ def test_table10_paper_avg_is_over_clients():
 
 
 def test_table10_unbalanced_clients(smoke):
-    name = "fedplvm-digit5-no_svhn_syn_mnistm-unbalanced-seed0"
+    name = f"fedplvm-digit5-no_svhn_syn_mnistm-unbalanced{SMOKE}-seed0"
     cfg = json.loads((smoke / "runs" / name / "config.json").read_text())
     assert [c["domain"] for c in cfg["clients"]] == ["mnist", "usps", "usps"]  # SVHN's 4 clients dropped with it
     assert [c["num_samples"] for c in cfg["clients"]] == [40, 40, 40]  # 4 of each class each (smoke: 40%)
@@ -176,7 +180,7 @@ def test_table11_privacy(smoke):
     assert list(dict.fromkeys(df.method)) == ["fedplvm_dp_both"]
     row = df[df.domain == "mnist"].iloc[0]
     assert row["paper"] == 89.74
-    name = "fedplvm_dp_both-digit5-no_svhn_syn_mnistm-default-seed0"
+    name = f"fedplvm_dp_both-digit5-no_svhn_syn_mnistm-default{SMOKE}-seed0"
     cfg = json.loads((smoke / "runs" / name / "config.json").read_text())
     assert cfg["hparams"]["dp_sgd"] and cfg["hparams"]["proto_noise"] and cfg["model_options"] == {"norm": "group"}
     assert {a["engine"] for a in cfg["provenance"]["actors"]} == {"sequential"}
@@ -188,7 +192,7 @@ def test_table4_prototypes_received_per_round(smoke):
     md = (smoke / "tablefedplvm4.md").read_text()
     got = {}
     for m in ("fedplvm_no_global_clustering", "fedplvm"):
-        rounds = read_jsonl(smoke / "runs" / f"{m}-digit5-no_svhn_syn_mnistm-default-seed0" / "metrics.jsonl")
+        rounds = read_jsonl(smoke / "runs" / f"{m}-digit5-no_svhn_syn_mnistm-default{SMOKE}-seed0" / "metrics.jsonl")
         assert "prototypes_received" not in rounds[0]  # round 0: no prototypes yet
         got[m] = np.mean([r["prototypes_received"] for r in rounds[1:]])
         uploaded = [sum(c["up_prototypes"] for c in r["communication"]["per_client"].values()) / 512
@@ -216,7 +220,7 @@ def test_figure_9_local_prototypes_per_class_from_what_each_client_uploaded(smok
 
     dim = MODELS["resnet10_plvm"].feature_dim
     for m, expect_one in (("fedplvm", False), ("fpl", True)):
-        recs = read_jsonl(smoke / "runs" / f"{m}-digit5-no_svhn_syn_mnistm-default-seed0" / "metrics.jsonl")
+        recs = read_jsonl(smoke / "runs" / f"{m}-digit5-no_svhn_syn_mnistm-default{SMOKE}-seed0" / "metrics.jsonl")
         for rec in recs:
             counts, comm = rec["local_prototypes_per_class"], rec["communication"]["per_client"]
             assert sorted(counts) == sorted(comm) == ["0", "1"]
@@ -311,7 +315,7 @@ def test_grid_reports_and_figures(smoke):
         df = pd.read_csv(smoke / f"table{table}.csv")
         assert len(df) == 3 * len(rows)
         for m, ds, v, suffix in rows:
-            s = summary(smoke, f"{m}-{ds}-{dom[ds]}-default{suffix}-seed0")
+            s = summary(smoke, f"{m}-{ds}-{dom[ds]}-default{suffix}{SMOKE}-seed0")
             assert s["hparams"][name] == v and s["rounds"] == 2
             for d, acc in s["final"].items():
                 cell = df[(df.method == m) & (df.dataset == ds) & (df.value == v)
@@ -322,7 +326,7 @@ def test_grid_reports_and_figures(smoke):
         assert md.startswith(f"# {TABLES[table].title}: reproduction (smoke profile")
         assert f"![accuracy against {name}](figures/table{table}/grid.png)" in md
     md = (smoke / "tablefedplvm_fig4b.md").read_text()
-    s = summary(smoke, "fpl-digit5-no_svhn_syn_mnistm-default-lambda10-seed0")["final"]
+    s = summary(smoke, f"fpl-digit5-no_svhn_syn_mnistm-default-lambda10{SMOKE}-seed0")["final"]
     assert f"| fpl | 10 | {s['mnist']:.2f} | {s['usps']:.2f} | {s['AVG']:.2f} |" in md
     assert "| fpl | 1 (default) |" in md
     fig = smoke / "figures" / "tablefedplvm_fig4a" / "grid.png"

@@ -170,4 +170,4 @@ def test_a_sweep_plans_its_runs_at_the_participation_given(data_root, tmp_path):
     from ray_jobs.plan import plan
 
     runs = plan("2", "smoke", None, tmp_path, str(data_root), {"participation": 0.5})
-    assert runs and all(c.participation == 0.5 and "-part0.5-seed" in c.out for c in runs)
+    assert runs and all(c.participation == 0.5 and f"-part0.5{c.departures_name}-seed" in c.out for c in runs)

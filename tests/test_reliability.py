@@ -125,7 +125,7 @@ def test_sigkilled_entry_point_resumes_to_identical_metrics(killed, reference, d
     done = [int(p.stem.split("_")[1]) for p in checkpoint.listing(out / checkpoint.DIR)]
     assert 1 <= len(done) <= checkpoint.KEEP and done[0] >= 1  # the latest two at most
     run(config(data_root, out), quiet=True, resume=True)
-    assert (f"note: resuming feddyn-office_caltech-no_caltech_amazon-default-seed0 after round {done[0]} of 3"
+    assert (f"note: resuming {config(data_root, out).run_name} after round {done[0]} of 3"
             in capsys.readouterr().out)
     assert metrics(out) == metrics(reference)
     assert summary(out) == summary(reference)
@@ -220,8 +220,8 @@ def test_nonfinite_loss_stops_naming_round_client_method_and_keeps_the_last_good
     cfg = config(data_root, out, test_faults={"nan_loss": [2, 3]})
     with pytest.raises(RunError) as e:
         run(cfg, quiet=True, resume=True)  # nothing to resume: starts fresh and says so
-    assert (f"note: no checkpoint in {out / checkpoint.DIR}; starting "
-            "feddyn-office_caltech-no_caltech_amazon-default-seed0 from round 0" in capsys.readouterr().out)
+    assert (f"note: no checkpoint in {out / checkpoint.DIR}; starting {cfg.run_name} from round 0"
+            in capsys.readouterr().out)
     msg = str(e.value)
     assert msg.startswith("non-finite loss in round 2, client 3 (dslr), method feddyn;")
     assert "nothing of the round was averaged" in msg and "rounds up to 1 (checkpoint)" in msg

@@ -21,16 +21,21 @@ from ray_jobs.config import RunConfig
 from ray_jobs.plan import check_data, plan, select
 from ray_jobs.run import RunError
 from ray_jobs.sweep import execute, main
+from ray_jobs.tables import TABLES
 
 METHODS = ["fedavg", "fedprox", "moon", "feddyn", "fedopt", "fedproc", "fedproto", "fpl"]
 ARGS = ["--table", "2", "--profile", "smoke", "--domains", "mnist,usps,syn"]
+# what the smoke profile's run names carry of its departures from the presets (`RunConfig.departures`)
+SMOKE = RunConfig.from_preset("fpl-office", **TABLES["2"].overrides("smoke")).departures_name
 
 
 def test_precision_and_drop_last_are_part_of_a_runs_protocol(data_root, tmp_path):
+    """`make table2 PRECISION=bf16-mixed`: another protocol, in folders of their own (named -bf16-mixed)."""
     fp32 = plan("2", "smoke", ["mnist", "usps", "syn"], tmp_path, str(data_root))
     bf16 = plan("2", "smoke", ["mnist", "usps", "syn"], tmp_path, str(data_root), {"precision": "bf16-mixed"})
-    assert {c.precision for c in bf16} == {"bf16-mixed"} and [c.out for c in bf16] == [c.out for c in fp32]
-    assert protocol(bf16[0]) == {**protocol(fp32[0]), "precision": "bf16-mixed"}  # same folder, run again
+    assert {c.precision for c in bf16} == {"bf16-mixed"}
+    assert [c.out for c in bf16] == [c.out.replace("-seed", "-bf16-mixed-seed") for c in fp32]
+    assert protocol(bf16[0]) == {**protocol(fp32[0]), "precision": "bf16-mixed"}
     assert protocol(fp32[0])["drop_last"] is False
 
 
@@ -117,8 +122,8 @@ def test_report_has_every_row_beside_the_paper(smoke):
     assert cell("fedopt", "digits", "AVG of 3")["paper"] == pytest.approx((96.23 + 91.80 + 57.85) / 3)
     # our numbers are the summaries' last-5 means; diff and flag follow
     for m in METHODS:
-        for ds, name in (("digits", f"{m}-digits-no_svhn-code-seed0"),
-                         ("office_caltech", f"{m}-office_caltech-default-seed0")):
+        for ds, name in (("digits", f"{m}-digits-no_svhn-code{SMOKE}-seed0"),
+                         ("office_caltech", f"{m}-office_caltech-default{SMOKE}-seed0")):
             s = json.loads((smoke / "runs" / name / "summary.json").read_text())
             for dom, v in s["last5"].items():
                 c = cell(m, ds, dom if dom != "AVG" or ds == "office_caltech" else "AVG of 3")
@@ -169,8 +174,9 @@ def test_a_partial_sweep_runs_what_it_names_and_reports_every_complete_run(smoke
     assert main([*args, "--methods", "fedprox", "--datasets", "office_caltech"]) == 0
     out = capsys.readouterr().out
     assert "0 of 1 runs already complete; running 1" in out
-    final = json.loads((copy / "runs" / "fedprox-office_caltech-default-seed0" / "summary.json").read_text())["final"]
-    assert f"] fedprox-office_caltech-default-seed0: round 2/2, AVG {final['AVG']:.2f}\n" in out  # the sweep's progress
+    name = f"fedprox-office_caltech-default{SMOKE}-seed0"
+    final = json.loads((copy / "runs" / name / "summary.json").read_text())["final"]
+    assert f"] {name}: round 2/2, AVG {final['AVG']:.2f}\n" in out  # the sweep's progress
     part, full = pd.read_csv(copy / "table2.csv"), pd.read_csv(smoke / "table2.csv")
     assert sorted(set(zip(part.method, part.dataset))) == [("fedavg", "digits"), ("fedavg", "office_caltech"),
                                                            ("fedprox", "office_caltech"), ("fpl", "digits"),
@@ -207,18 +213,22 @@ def test_report_only_without_domains_reports_the_runs_made_on_fewer(smoke, data_
 
 
 def test_a_sweep_never_replaces_a_finished_run_of_another_protocol(smoke, data_root, tmp_path, capsys):
-    """`PRECISION=bf16-mixed` over finished 32-true runs (same folder names): one line, code 2, naming the folder and
-    the difference, no run started and every file of the finished runs as it was."""
+    """A finished run of another protocol under a run's name (a bf16-mixed run that `ray_jobs.run`'s former default,
+    auto, made on a processor with native bfloat16 under the 32-true name), then a 32-true sweep: one line, code 2,
+    naming the folder and the difference, no run started and every file of the finished runs as it was."""
     copy = tmp_path / "bf16"
     shutil.copytree(smoke, copy)
+    folder = copy / "runs" / f"fedavg-office_caltech-default{SMOKE}-seed0"
+    summary = json.loads((folder / "summary.json").read_text())
+    summary["protocol"]["precision"] = "bf16-mixed"
+    (folder / "summary.json").write_text(json.dumps(summary))
     before = {p: p.read_bytes() for p in (copy / "runs").rglob("*") if p.is_file()}
     code = main([*ARGS, "--results-dir", str(copy), "--data-root", str(data_root), "--executor", "local",
-                 "--datasets", "office_caltech", "--methods", "fedavg", "--precision", "bf16-mixed"])
+                 "--datasets", "office_caltech", "--methods", "fedavg"])
     err = capsys.readouterr().err
     assert code == 2 and len(err.strip().splitlines()) == 1
-    folder = copy / "runs" / "fedavg-office_caltech-default-seed0"
     assert (f"error: 1 of the runs to make would replace a finished run of another protocol in its folder: {folder} "
-            "(precision: '32-true' there, 'bf16-mixed' here). The sweep started no run.") in err
+            "(precision: 'bf16-mixed' there, '32-true' here). The sweep started no run.") in err
     assert {p: p.read_bytes() for p in (copy / "runs").rglob("*") if p.is_file()} == before
 
 
@@ -249,7 +259,7 @@ def test_sweep_report_run_holds_the_table_and_the_avg_chart(smoke):
     rows = pd.DataFrame(chart["data"], columns=chart["columns"])
     assert set(rows.lineKey) == set(METHODS)
     for m in METHODS:
-        metrics = read_jsonl(smoke / "runs" / f"{m}-office_caltech-default-seed0" / "metrics.jsonl")
+        metrics = read_jsonl(smoke / "runs" / f"{m}-office_caltech-default{SMOKE}-seed0" / "metrics.jsonl")
         assert rows[rows.lineKey == m].sort_values("step").lineVal.tolist() == pytest.approx(
             [r["accuracy"]["AVG"] for r in metrics])
 
@@ -277,7 +287,7 @@ def test_nothing_written_holds_a_secret(smoke, data_root, tmp_path):
     contains either secret."""
     copy = tmp_path / "table2"
     shutil.copytree(smoke, copy)
-    victim = copy / "runs" / "fpl-office_caltech-default-seed0"
+    victim = copy / "runs" / f"fpl-office_caltech-default{SMOKE}-seed0"
     (victim / "summary.json").unlink()
     ray_token, wandb_key = secrets.token_hex(32), secrets.token_hex(20)
     env = {**os.environ, "RAY_AUTH_TOKEN": ray_token, "WANDB_API_KEY": wandb_key, "WANDB_MODE": "offline",

@@ -15,9 +15,11 @@ import pytest
 from benchmark import paper
 from benchmark.results import read_jsonl
 from ray_jobs import figures as cli
+from ray_jobs.config import RunConfig
 from ray_jobs.plan import plan
 from ray_jobs.report_fedproto import official_scores
 from ray_jobs.sweep import execute, main
+from ray_jobs.tables import TABLES
 
 METHODS = ["local", "fesem", "fedprox", "fedper", "fedavg", "fedrep", "fedproto_orig", "fedproto_mh"]
 SPLITS = {(n, sd): f"{n}way{'-s3' if sd == 3 else ''}" for n in (3, 4, 5) for sd in (2, 3)}
@@ -25,6 +27,8 @@ SPLITS = {(n, sd): f"{n}way{'-s3' if sd == 3 else ''}" for n in (3, 4, 5) for sd
 # (FedPer, FedRep: the convolutions alone under FedProto's protocol, 5,280), or none (Local)
 UPLOADS = {"fedavg": 21840, "fedprox": 21840, "fesem": 21840, "fedper": 5280, "fedrep": 5280, "local": 0}
 ARGS = ["--table", "fedproto", "--profile", "smoke", "--executor", "local"]
+# what the smoke profile's run names carry of its departures from the presets (`RunConfig.departures`)
+SMOKE = RunConfig.from_preset("fedproto-mnist-n3", **TABLES["fedproto"].overrides("smoke")).departures_name
 
 
 @pytest.fixture(scope="module")
@@ -42,7 +46,7 @@ def redrawn(smoke):
     data: `fedproto_figures`' return value)."""
     from benchmark.figures import fedproto_figures
 
-    runs = [smoke / "runs" / f"{m}-mnist-{sp}-seed0" for m in METHODS for sp in ("3way", "3way-k60", "4way-s3")]
+    runs = [smoke / "runs" / f"{m}-mnist-{sp}{SMOKE}-seed0" for m in METHODS for sp in ("3way", "3way-k60", "4way-s3")]
     return fedproto_figures([r for r in runs if r.exists()], smoke / "redrawn")
 
 
@@ -69,7 +73,7 @@ def test_report_beside_the_paper(smoke):
     assert np.isnan(cell("fedproto_orig", "classifier", 3)["paper"])
     for m in METHODS:
         for (n, sd), split in SPLITS.items():
-            run = smoke / "runs" / f"{m}-mnist-{split}-seed0"
+            run = smoke / "runs" / f"{m}-mnist-{split}{SMOKE}-seed0"
             summary = json.loads((run / "summary.json").read_text())
             last = read_jsonl(run / "metrics.jsonl")[-1]
             assert len(summary["clients"]) == 20 and len(last["client_accuracy"]) == 20
@@ -122,8 +126,8 @@ def test_figure_3_against_samples_per_class(smoke, redrawn):
     assert set(zip(fig3.method, fig3.rule)) == {("fedproto_orig", "prototype"), ("fedproto_orig", "classifier"),
                                                 ("fedavg", "classifier")}
     assert set(fig3.ways) == {3} and set(fig3.stdev) == {2} and fig3.paper.isna().all()
-    final = {(m, k): json.loads((smoke / "runs" / f"{m}-mnist-{split}-seed0" / "summary.json").read_text())["final"]
-             for m in ("fedproto_orig", "fedavg") for k, split in ((60, "3way-k60"), (100, "3way"))}
+    final = {(m, k): json.loads((smoke / "runs" / f"{m}-mnist-{split}{SMOKE}-seed0" / "summary.json").read_text())[
+        "final"] for m in ("fedproto_orig", "fedavg") for k, split in ((60, "3way-k60"), (100, "3way"))}
     assert fig3[fig3.rule == "prototype"].ours_mean.item() == pytest.approx(final["fedproto_orig", 60]["prototype"],
                                                                            abs=1e-4)
     assert fig3[fig3.method == "fedavg"].ours_mean.item() == pytest.approx(final["fedavg", 60]["AVG"], abs=1e-4)
@@ -152,19 +156,18 @@ def test_figure_2_maps_the_features_each_run_saved(smoke, redrawn, data_root):
     from benchmark.data import load_domain, to_tensor_images
     from benchmark.figures import FIGURE2_SAMPLES, load_model
     from benchmark.protocols import DATASET_SPECS
-    from ray_jobs.config import RunConfig
     from ray_jobs.run import plan_run_clients
 
     runs = smoke / "runs"
     cfg = RunConfig.from_preset("fedproto-mnist-n3", method="fedavg", seed=0, client_fraction=0.05,
                                 data_root=str(data_root))
     clients = plan_run_clients(cfg)
-    with np.load(runs / "fedavg-mnist-3way-seed0" / "features.npz") as f:
+    with np.load(runs / f"fedavg-mnist-3way{SMOKE}-seed0" / "features.npz") as f:
         z, y, client = f["z"], f["y"], f["client"]
         assert "global_z" not in f.files and "local_z" not in f.files  # no prototypes travel under FedAvg
     test = load_domain(data_root, "mnist", "mnist", need_train=False)
     spec = DATASET_SPECS["mnist"]
-    model = load_model(runs / "fedavg-mnist-3way-seed0")
+    model = load_model(runs / f"fedavg-mnist-3way{SMOKE}-seed0")
     for c in clients:
         idx = np.asarray(c["test_indices"])
         assert y[client == c["id"]].tolist() == test.test_y[idx].tolist()
@@ -172,7 +175,7 @@ def test_figure_2_maps_the_features_each_run_saved(smoke, redrawn, data_root):
             ours = model.features(spec.transform.eval(to_tensor_images(test.test_x[idx], spec.image_size,
                                                                        spec.channels)))
         assert z[client == c["id"]].astype(np.float32) == pytest.approx(ours.numpy(), abs=0.02, rel=0.01)
-    with np.load(runs / "fedproto_orig-mnist-3way-seed0" / "features.npz") as f:
+    with np.load(runs / f"fedproto_orig-mnist-3way{SMOKE}-seed0" / "features.npz") as f:
         arrays = {k: f[k] for k in f.files}
     held = sorted({k for c in clients for k in c["classes"]})
     assert len(arrays["local_y"]) == sum(len(c["classes"]) for c in clients)  # one class mean per class held
@@ -181,11 +184,11 @@ def test_figure_2_maps_the_features_each_run_saved(smoke, redrawn, data_root):
         assert g == pytest.approx(arrays["local_z"][arrays["local_y"] == k].astype(np.float32).mean(0), abs=0.01)
     assert np.bincount(arrays["client"]).tolist() == [40 * len(c["classes"]) for c in clients]
     maps = redrawn["tsne"]
-    assert list(maps) == [f"{m}-mnist-3way-seed0" for m in ("fedproto_orig", "fedavg", "fesem", "fedper")]
-    kinds = maps["fedproto_orig-mnist-3way-seed0"].kind.value_counts().to_dict()
+    assert list(maps) == [f"{m}-mnist-3way{SMOKE}-seed0" for m in ("fedproto_orig", "fedavg", "fesem", "fedper")]
+    kinds = maps[f"fedproto_orig-mnist-3way{SMOKE}-seed0"].kind.value_counts().to_dict()
     assert kinds == {"sample": FIGURE2_SAMPLES, "local prototype": len(arrays["local_y"]),
                      "global prototype": len(held)}
-    assert set(maps["fedavg-mnist-3way-seed0"].kind) == {"sample"}
+    assert set(maps[f"fedavg-mnist-3way{SMOKE}-seed0"].kind) == {"sample"}
     md = (smoke / "tablefedproto.md").read_text()
     assert "## Figure 2" in md and "](figures/tablefedproto/tsne.png)" in md
     assert (smoke / "figures" / "tablefedproto" / "tsne.png").exists()
@@ -216,7 +219,7 @@ def test_report_run_in_wandb(smoke, data_root, monkeypatch):
     rows = pd.DataFrame(chart["data"], columns=chart["columns"])
     assert set(rows.lineKey) == set(METHODS)
     for m in METHODS:
-        metrics = read_jsonl(smoke / "runs" / f"{m}-mnist-4way-seed0" / "metrics.jsonl")
+        metrics = read_jsonl(smoke / "runs" / f"{m}-mnist-4way{SMOKE}-seed0" / "metrics.jsonl")
         assert rows[rows.lineKey == m].sort_values("step").lineVal.tolist() == pytest.approx(
             [r["accuracy"]["AVG"] for r in metrics])
 
@@ -237,9 +240,9 @@ def test_a_partial_report_lists_every_planned_row_with_the_paper_beside_what_did
 
     copy = tmp_path / "partial"
     shutil.copytree(smoke, copy, ignore=shutil.ignore_patterns("wandb"))
-    (copy / "runs" / "fedper-mnist-4way-s3-seed0" / "summary.json").unlink()
-    (copy / "runs" / "fedproto_orig-mnist-5way-seed0" / "summary.json").unlink()
-    (copy / "runs" / "fedavg-mnist-3way-k60-seed0" / "summary.json").unlink()
+    (copy / "runs" / f"fedper-mnist-4way-s3{SMOKE}-seed0" / "summary.json").unlink()
+    (copy / "runs" / f"fedproto_orig-mnist-5way{SMOKE}-seed0" / "summary.json").unlink()
+    (copy / "runs" / f"fedavg-mnist-3way-k60{SMOKE}-seed0" / "summary.json").unlink()
     assert main([*ARGS, "--results-dir", str(copy), "--data-root", str(data_root), "--report-only"]) == 0
     tables, figure3 = (copy / "tablefedproto.md").read_text().split("## Figure 3")
     tables = tables.split("The paper's claims")[0]  # the rows of the table (its claims follow it)
@@ -271,13 +274,13 @@ def test_figure_2_says_what_a_checkout_without_the_features_lacks(smoke, tmp_pat
 
     runs = tmp_path / "runs"
     for run in (smoke / "runs").iterdir():
-        if "-mnist-3way-seed0" in run.name or "-mnist-4way-s3-seed0" in run.name:
+        if f"-mnist-3way{SMOKE}-seed0" in run.name or f"-mnist-4way-s3{SMOKE}-seed0" in run.name:
             (runs / run.name).mkdir(parents=True)
             for name in ("config.json", "summary.json", "metrics.jsonl.gz"):
                 shutil.copy(run / name, runs / run.name)
     section = figure_2_section(tmp_path)
     assert "Not drawn" in section and "tsne.png" not in section
-    assert all(f"{m}-mnist-3way-seed0" in section for m in paper.FEDPROTO_FIGURE2)
+    assert all(f"{m}-mnist-3way{SMOKE}-seed0" in section for m in paper.FEDPROTO_FIGURE2)
     # the figure drawn when the features were here (committed beside the report) stays the report's, said so
     (tmp_path / "figures" / "tablefedproto" / "tsne.png").write_bytes(b"drawn earlier")
     section = figure_2_section(tmp_path)
