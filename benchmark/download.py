@@ -35,6 +35,7 @@ from pathlib import Path
 import numpy as np
 
 from benchmark.data import DATASETS, PROJECT_ROOT, DataError, archive_files, read_sums, sha256_file
+from benchmark.protocols import unknown_name
 from benchmark.results import atomic_write
 
 SHARED_DATA = PROJECT_ROOT.parent / "shared" / "data"
@@ -452,8 +453,7 @@ def parse_only(text: str | None) -> list[str]:
         names = ALIASES.get(name, [name])
         for n in names:
             if n not in DOMAIN_STEMS:
-                known = ", ".join(list(DOMAIN_STEMS) + list(ALIASES))
-                raise DownloadError(f"--only: unknown dataset {name!r}; choose from {known}.")
+                raise DownloadError(f"--only: {unknown_name('dataset', name, [*DOMAIN_STEMS, *ALIASES])}")
             if n not in chosen:
                 chosen.append(n)
     if not chosen:

@@ -7,6 +7,7 @@ protocol, any field given beside the preset overriding it; tests and smoke profi
 """
 from __future__ import annotations
 
+import difflib
 from dataclasses import dataclass
 
 import numpy as np
@@ -182,3 +183,27 @@ def reference_random_split(dataset: str, seed: int, max_per_domain: int = 10) ->
 
 class ConfigError(ValueError):
     """A configuration value is unknown or impossible."""
+
+
+def unknown_name(kind: str, names, choices, where: str = "") -> str:
+    """The one line for a name (or a list of names, `kind(s)`) that is not among `choices`: each with the nearest
+    choices, if any, then every choice: "unknown method 'fedavgg' (did you mean fedavg?); choose one of: ...",
+    "unknown dataset 'office' (did you mean office_caltech, office10?); ...". `where` follows the names (" for
+    digits")."""
+    choices = [str(c) for c in choices]
+
+    def nearest(name: str) -> list[str]:  # at most 3, whatever the case: those that start with it or hold it
+        lower = {c.lower(): c for c in choices}  # (office: office_caltech), difflib's closest (a typo), those it
+        typed = name.lower()  # holds (table2: 2); none for an empty name
+        found = [*(c for c in lower if c.startswith(typed)), *(c for c in lower if typed in c),
+                 *difflib.get_close_matches(typed, lower, n=3, cutoff=0.75), *(c for c in lower if c in typed)]
+        return [lower[c] for c in dict.fromkeys(found)][:3] if typed else []
+
+    def shown(name) -> str:
+        near = nearest(str(name))
+        return f"{name!r}" + (f" (did you mean {', '.join(near)}?)" if near else "")
+
+    many = isinstance(names, (list, tuple))
+    listed = ", ".join(map(shown, names)) if many else shown(names)
+    return (f"unknown {kind}{'(s)' if many else ''} {listed}{where}; "
+            + (f"choose one of: {', '.join(choices)}." if choices else f"there is no {kind} to choose."))

@@ -45,6 +45,7 @@ import torch
 from benchmark.communication import count
 from benchmark.data import domain_test_set, load_domain, to_tensor_images
 from benchmark.models import build_model
+from benchmark.protocols import unknown_name
 from benchmark.provenance import describe_process, peak_memory, reset_peak_memory
 from benchmark.spill import DiskStore
 from lightning_modules.base import (GLOBAL_STREAM, ClientModule, NonFiniteLoss, eval_batch, fit_local,
@@ -95,7 +96,7 @@ def resolve_engine(name: str, device: torch.device, hparams=None) -> str:
     kernels, `make bench`), the fused engine on CUDA; the sequential one under DP-SGD (`hparams`' dp_sgd), which
     the fused engine cannot run."""
     if name not in ENGINES:
-        raise ValueError(f"unknown engine {name!r}; choose one of: {', '.join(ENGINES)}.")
+        raise ValueError(unknown_name("engine", name, ENGINES))
     if name == "auto":
         return "fused" if device.type == "cuda" and not private(hparams or {}) else "sequential"
     return name

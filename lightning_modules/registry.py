@@ -14,6 +14,7 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Callable
 
+from benchmark.protocols import unknown_name
 from lightning_modules.fedapc import FedAPCClient, FedAPCServer
 from lightning_modules.fedavg import FedAvgClient, FedAvgServer
 from lightning_modules.feddyn import FedDynClient, FedDynServer
@@ -76,7 +77,7 @@ def _choices(**allowed):
     def check(hp):
         for n, values in allowed.items():
             if hp[n] not in values:
-                raise HyperparameterError(f"{n} must be one of {', '.join(values)} (got {hp[n]!r}).")
+                raise HyperparameterError(unknown_name(f"{n} value", hp[n], values))
     return check
 
 

@@ -20,7 +20,7 @@ from benchmark.data import DATASETS, TWO_ARCHIVE_SPLIT
 from benchmark.partition import LabelSkew, load_counts
 from benchmark.protocols import (AGGREGATIONS, AUTO_PRECISION, CLIENT_INITS, DATASET_SPECS, DEFAULT_SPLIT, PRECISIONS,
                                  PRESET_HPARAMS, PRESETS, RANDOM_SPLIT, SPLITS, ConfigError, DatasetSpec,
-                                 reference_random_split, splits_of)
+                                 reference_random_split, splits_of, unknown_name)
 from benchmark.provenance import cpu_flags, native_bf16
 from benchmark.results import LAST_K
 from benchmark.sampling import participants
@@ -130,15 +130,15 @@ class RunConfig:
     def from_preset(cls, preset: str, /, **overrides) -> RunConfig:
         """The preset's protocol; fields in `overrides` (seed, method, a smaller setting...) win."""
         if preset not in PRESETS:
-            raise ConfigError(f"unknown preset {preset!r}; choose one of: {', '.join(PRESETS)}.")
+            raise ConfigError(unknown_name("preset", preset, PRESETS))
         base = PRESETS[preset]
         return cls(**{**base, **overrides, "preset": preset})
 
     def __post_init__(self):
         if self.method not in METHODS:
-            raise ConfigError(f"unknown method {self.method!r}; choose one of: {', '.join(sorted(METHODS))}.")
+            raise ConfigError(unknown_name("method", self.method, sorted(METHODS)))
         if self.dataset not in DATASETS:
-            raise ConfigError(f"unknown dataset {self.dataset!r}; choose one of: {', '.join(DATASETS)}.")
+            raise ConfigError(unknown_name("dataset", self.dataset, DATASETS))
         set_ = lambda name, value: object.__setattr__(self, name, value)  # noqa: E731 (frozen)
         set_("data_split", TWO_ARCHIVE_SPLIT.get(self.dataset))
         if self.split is None:
@@ -150,13 +150,13 @@ class RunConfig:
                 raise ConfigError(f"preset {self.preset} is for {preset['dataset']} (split {self.split}), and "
                                   f"{self.dataset} has no split {self.split!r}; with --dataset {self.dataset} name one "
                                   f"of its splits with --split ({', '.join(splits)}), or leave --dataset out.")
-            raise ConfigError(f"unknown split {self.split!r} for {self.dataset}; choose one of: {', '.join(splits)}.")
+            raise ConfigError(unknown_name("split", self.split, splits, f" for {self.dataset}"))
         all_domains = list(DATASETS[self.dataset])
         if self.domains is None:
             set_("domains", all_domains)
         unknown = [d for d in self.domains if d not in all_domains]
         if unknown or not self.domains:
-            raise ConfigError(f"unknown domain(s) {unknown} for {self.dataset}; choose from: {', '.join(all_domains)}.")
+            raise ConfigError(unknown_name("domain", unknown or [""], all_domains, f" for {self.dataset}"))
         set_("domains", [d for d in all_domains if d in self.domains])  # canonical order
         if self.rounds < 1:
             raise ConfigError(f"rounds must be at least 1 (got {self.rounds}).")
@@ -174,14 +174,13 @@ class RunConfig:
             raise ConfigError(f"eval_last is 1 (the final round) or {LAST_K} (the last-{LAST_K} mean too), "
                               f"not {self.eval_last}.")
         if self.executor not in ("ray", "local"):
-            raise ConfigError(f"unknown executor {self.executor!r}; choose ray or local.")
+            raise ConfigError(unknown_name("executor", self.executor, ("ray", "local")))
         if self.engine not in ENGINES:
-            raise ConfigError(f"unknown engine {self.engine!r}; choose one of: {', '.join(ENGINES)}.")
+            raise ConfigError(unknown_name("engine", self.engine, ENGINES))
         if self.aggregation not in AGGREGATIONS:
-            raise ConfigError(f"unknown aggregation {self.aggregation!r}; choose one of: {', '.join(AGGREGATIONS)}.")
+            raise ConfigError(unknown_name("aggregation", self.aggregation, AGGREGATIONS))
         if self.client_init not in CLIENT_INITS:
-            raise ConfigError(f"unknown client initialisation {self.client_init!r}; choose one of: "
-                              f"{', '.join(CLIENT_INITS)}.")
+            raise ConfigError(unknown_name("client initialisation", self.client_init, CLIENT_INITS))
         if self.dirichlet_alpha is not None:
             if not (self.dirichlet_alpha > 0 and math.isfinite(self.dirichlet_alpha)):
                 raise ConfigError(f"dirichlet-alpha must be a finite number above 0 (got {self.dirichlet_alpha}).")
@@ -196,10 +195,9 @@ class RunConfig:
         if not isinstance(self.erasing, bool):
             raise ConfigError(f"erasing is true or false (got {self.erasing!r}).")
         if self.client_memory not in CLIENT_MEMORY:
-            raise ConfigError(f"unknown client memory {self.client_memory!r}; choose one of: "
-                              f"{', '.join(CLIENT_MEMORY)}.")
+            raise ConfigError(unknown_name("client memory", self.client_memory, CLIENT_MEMORY))
         if self.preset is not None and self.preset not in PRESETS:
-            raise ConfigError(f"unknown preset {self.preset!r}; choose one of: {', '.join(PRESETS)}.")
+            raise ConfigError(unknown_name("preset", self.preset, PRESETS))
         if self.batch_size < 1:
             raise ConfigError(f"batch size must be at least 1 (got {self.batch_size}).")
         for name in ("lr", "momentum"):
@@ -240,8 +238,7 @@ class RunConfig:
         spec = METHODS[self.method]
         unknown_hp = sorted(set(self.hparams) - set(spec.defaults))
         if unknown_hp:
-            known = ", ".join(sorted(spec.defaults)) or "none"
-            raise ConfigError(f"unknown hyperparameter(s) {unknown_hp} for {self.method}; it takes: {known}.")
+            raise ConfigError(unknown_name("hyperparameter", unknown_hp, sorted(spec.defaults), f" for {self.method}"))
         set_("hparams", {**self.hparam_defaults, **self.hparams})
         spec.validate(self.hparams)
         if self.engine == "fused" and private(self.hparams):

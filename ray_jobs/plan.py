@@ -9,7 +9,7 @@ from pathlib import Path
 
 from benchmark.checkpoint import protocol_difference
 from benchmark.data import DATASETS, DataError, check_domains_present, resolve_data_root
-from benchmark.protocols import PRESETS, ConfigError
+from benchmark.protocols import PRESETS, ConfigError, unknown_name
 from benchmark.results import is_complete, protocol, read_summary, run_complete
 from ray_jobs.config import RunConfig
 from ray_jobs.tables import TABLES, Reading, make_target, report_name
@@ -43,7 +43,7 @@ def plan(table: str, profile: str, requested_domains: list[str] | None, results_
     every = list(dict.fromkeys(d for ds in DATASETS.values() for d in ds))
     unknown = sorted(set(requested_domains or []) - set(every))
     if unknown:
-        raise ConfigError(f"unknown domain(s) {unknown}; choose from {', '.join(every)}.")
+        raise ConfigError(unknown_name("domain", unknown, every))
     rows = spec.row_list(profile)
     dataset_of = {p: PRESETS[p]["dataset"] for _, p in rows}
     runs = []
@@ -74,8 +74,7 @@ def select(table: str, profile: str, runs: list[RunConfig], methods: list[str] |
     for key, asked in (("method", methods), ("seed", seeds), ("dataset", datasets), ("value", values)):
         bad = [a for a in asked or [] if a not in have[key]]
         if bad:
-            raise ConfigError(f"{key}(s) {bad} not in table {table} at the {profile} profile; choose from "
-                              f"{', '.join(map(str, have[key]))}.")
+            raise ConfigError(unknown_name(key, bad, have[key], f" in table {table} at the {profile} profile"))
     return [c for c in runs if (not methods or c.method in methods) and (not seeds or c.seed in seeds)
             and (not datasets or c.dataset in datasets) and (not values or c.hparams[spec.grid[0]] in values)]
 

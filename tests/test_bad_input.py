@@ -9,9 +9,11 @@ import sys
 import numpy as np
 import pytest
 
+from benchmark.protocols import PRESETS, unknown_name
 from lightning_modules.registry import METHODS
 from ray_jobs.config import RunConfig
 from ray_jobs.run import main
+from ray_jobs.tables import GROUPS, TABLES
 
 SMALL = ["--rounds", "1", "--local-epochs", "1", "--client-fraction", "0.05", "--eval-max", "50", "--executor", "local"]
 
@@ -26,8 +28,58 @@ def fails(capsys, argv, out):
 
 
 def test_unknown_method(capsys, tmp_path, data_root):
-    err = fails(capsys, ["--method", "fedfoo", "--data-root", str(data_root)], tmp_path)
-    assert "unknown method 'fedfoo'" in err and "fpl" in err and "fedavg" in err
+    err = fails(capsys, ["--method", "fedfoo", "--data-root", str(data_root)], tmp_path)  # near none of them
+    assert err == f"error: unknown method 'fedfoo'; choose one of: {', '.join(sorted(METHODS))}.\n"
+
+
+@pytest.mark.parametrize("argv,expected", [
+    (["--method", "fedavgg"], f"unknown method 'fedavgg' (did you mean fedavg?); choose one of: "
+                              f"{', '.join(sorted(METHODS))}."),
+    (["--dataset", "office"], "unknown dataset 'office' (did you mean office_caltech, office10?); choose one of: "
+                              "digits, office_caltech, digit5, mnist, office10."),
+    (["--preset", "fpl-ofice"], f"unknown preset 'fpl-ofice' (did you mean fpl-office?); choose one of: "
+                                f"{', '.join(PRESETS)}."),
+    (["--split", "pape"], "unknown split 'pape' (did you mean paper?) for digits; choose one of: code, paper, fedapc, "
+                          "100clients, 500clients, random."),
+    (["--domains", "mnist,usp"], "unknown domain(s) 'usp' (did you mean usps?) for digits; choose one of: mnist, usps, "
+                                 "svhn, syn."),
+    (["--method", "fedopt", "--hp", "server_momentun=0.5"],
+     f"unknown hyperparameter(s) 'server_momentun' (did you mean server_momentum?) for fedopt; choose one of: "
+     f"{', '.join(sorted(METHODS['fedopt'].defaults))}."),
+    (["--method", "fedopt", "--hp", "weighting=sample"], "unknown weighting value 'sample' (did you mean samples?); "
+                                                         "choose one of: uniform, samples."),
+    (["--method", "fedavg", "--hp", "mu=0.1"], "unknown hyperparameter(s) 'mu' for fedavg; there is no "
+                                                "hyperparameter to choose."),
+    (["--engine", "fussed"], "unknown engine 'fussed' (did you mean fused?); choose one of: auto, sequential, fused."),
+    (["--executor", "lcoal"], "argument --executor: unknown choice 'lcoal' (did you mean local?); choose one of: ray, "
+                              "local; see `python -m ray_jobs.run --help`."),
+])
+def test_a_misspelt_name_is_answered_with_the_nearest_then_every_choice(capsys, tmp_path, data_root, argv, expected):
+    assert fails(capsys, [*argv, "--data-root", str(data_root)], tmp_path) == f"error: {expected}\n"
+
+
+def test_unknown_name_puts_the_nearest_choices_before_every_choice():
+    assert unknown_name("method", "fedavgg", ["fedavg", "fedprox", "fpl"]) == (
+        "unknown method 'fedavgg' (did you mean fedavg?); choose one of: fedavg, fedprox, fpl.")
+    # a prefix: difflib's ratio for office_caltech is 0.6, under the cutoff; starting with it is enough
+    assert unknown_name("dataset", "office", ["digits", "office_caltech", "office10"]) == (
+        "unknown dataset 'office' (did you mean office_caltech, office10?); choose one of: digits, office_caltech, "
+        "office10.")
+    assert unknown_name("method", "FPL", ["fedavg", "fpl"]) == (
+        "unknown method 'FPL' (did you mean fpl?); choose one of: fedavg, fpl.")  # another case
+    assert unknown_name("table", "table2", ["1", "2", "all"]) == (
+        "unknown table 'table2' (did you mean 2?); choose one of: 1, 2, all.")  # it holds a choice
+    assert unknown_name("method", "fed", ["fedavg", "fedprox", "fpl", "fedproto", "moon"]) == (
+        "unknown method 'fed' (did you mean fedavg, fedprox, fedproto?); choose one of: fedavg, fedprox, fpl, "
+        "fedproto, moon.")  # at most three
+    assert unknown_name("method", "scaffold", ["fedavg", "fedprox", "fpl"]) == (
+        "unknown method 'scaffold'; choose one of: fedavg, fedprox, fpl.")  # nothing near: no "did you mean"
+    # several names, each with its own nearest (none for an empty one); numbers as they are
+    assert unknown_name("domain", ["mnsit", "", "kodak"], ["mnist", "usps"], " for digits") == (
+        "unknown domain(s) 'mnsit' (did you mean mnist?), '', 'kodak' for digits; choose one of: mnist, usps.")
+    assert unknown_name("seed", [7], [0, 1, 2]) == "unknown seed(s) 7; choose one of: 0, 1, 2."
+    assert unknown_name("hyperparameter", ["mu"], [], " for fedavg") == (
+        "unknown hyperparameter(s) 'mu' for fedavg; there is no hyperparameter to choose.")
 
 
 def test_unknown_dataset(capsys, tmp_path, data_root):
@@ -56,7 +108,7 @@ def test_unknown_split(capsys, tmp_path, data_root):
 ])
 def test_choice_hyperparameter_refused_naming_the_allowed_values(capsys, tmp_path, data_root, method, hp, allowed):
     err = fails(capsys, ["--method", method, "--hp", f"{hp}=foo", "--data-root", str(data_root)], tmp_path)
-    assert f"{hp} must be one of {allowed} (got 'foo')" in err
+    assert err == f"error: unknown {hp} value 'foo'; choose one of: {allowed}.\n"
 
 
 @pytest.mark.parametrize("method", ["moon", "fedproto"])
@@ -158,8 +210,8 @@ def test_split_asks_more_than_the_domain_has(capsys, tmp_path, data_root, monkey
 
 
 @pytest.mark.parametrize("argv,expected", [
-    (["--domains", "mnist,kodak"], "unknown domain(s) ['kodak'] for digits; choose from: mnist, usps, svhn, syn."),
-    (["--domains", ""], "unknown domain(s) [''] for digits; choose from: mnist, usps, svhn, syn."),  # not: all
+    (["--domains", "mnist,kodak"], "unknown domain(s) 'kodak' for digits; choose one of: mnist, usps, svhn, syn."),
+    (["--domains", ""], "unknown domain(s) '' for digits; choose one of: mnist, usps, svhn, syn."),  # not: all
     (["--local-epochs", "0"], "local epochs must be at least 1 (got 0)."),
     (["--client-fraction", "0"], "client fraction must be in (0, 1] (got 0.0)."),
     (["--client-fraction", "1.5"], "client fraction must be in (0, 1] (got 1.5)."),
@@ -167,11 +219,12 @@ def test_split_asks_more_than_the_domain_has(capsys, tmp_path, data_root, monkey
     (["--num-actors", "0"], "num-actors must be at least 1 (got 0)."),
     (["--checkpoint-every", "0"], "checkpoint-every must be at least 1 (got 0)."),
     (["--hp", "tau"], "--hp takes name=value (got 'tau')."),
-    (["--hp", "mu=0.5"], "unknown hyperparameter(s) ['mu'] for fpl; it takes: cpcl, cpcl_protos, lambda, tau, upcr"),
+    (["--hp", "mu=0.5"], "unknown hyperparameter(s) 'mu' for fpl; choose one of: cpcl, cpcl_protos, lambda, tau, "
+                         "upcr"),
     (["--rounds", "two"], "argument --rounds: invalid int value: 'two'; see `python -m ray_jobs.run --help`."),
     (["--rounds", "2.5"], "argument --rounds: invalid int value: '2.5'"),
     (["--client-fraction", "half"], "argument --client-fraction: invalid float value: 'half'"),
-    (["--executor", "k8s"], "argument --executor: invalid choice: 'k8s'"),
+    (["--executor", "k8s"], "argument --executor: unknown choice 'k8s'; choose one of: ray, local; see"),
     (["--device", "tpu"], "unknown device 'tpu'; choose one of: auto, cpu, cuda (or cuda:N)."),
     (["--seed", "-1"], "seed must be 0 or more (got -1)."),
     (["--lr", "-0.01"], "lr must be a finite number, 0 or more (got -0.01)."),
@@ -239,6 +292,34 @@ def test_sweep_report_only_without_runs_names_the_make_target(capsys, tmp_path, 
     assert sweep(["--table", "2", "--profile", "smoke", "--data-root", str(data_root), "--results-dir",
                   str(tmp_path), "--report-only"]) == 2
     assert "run its sweep first (make table2)." in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("argv,expected", [
+    (["--table", "table2"], f"argument --table: unknown choice 'table2' (did you mean 2?); choose one of: "
+                            f"{', '.join(sorted([*TABLES, *GROUPS]))}; see `python -m ray_jobs.sweep --help`."),
+    (["--table", "fedplvm1"], "argument --table: unknown choice 'fedplvm1' (did you mean fedplvm10, fedplvm11, "
+                              "fedplvm12?); choose one of: "),
+    (["--table", "2", "--methods", "fedavg,fedprx"], "unknown method(s) 'fedprx' (did you mean fedprox, fedproc?) in "
+                                                     "table 2 at the smoke profile; choose one of: fedavg, fedprox, "),
+    (["--table", "2", "--datasets", "office"], "unknown dataset(s) 'office' (did you mean office_caltech?) in table "
+                                               "2 at the smoke profile; choose one of: digits, office_caltech."),
+    (["--table", "2", "--seeds", "0,1"], "unknown seed(s) 1 in table 2 at the smoke profile; choose one of: 0."),
+    (["--table", "2", "--domains", "mnist,sv"], "unknown domain(s) 'sv' (did you mean svhn?); choose one of: "
+                                                "mnist, "),
+])
+def test_a_sweep_answers_a_misspelt_name_with_the_nearest(capsys, tmp_path, data_root, argv, expected):
+    """`make table2 PROFILE=smoke METHODS=...` and the like: one line, the nearest names first, before any run."""
+    from ray_jobs.sweep import main as sweep
+
+    args = ["--profile", "smoke", "--executor", "local", "--data-root", str(data_root), "--results-dir",
+            str(tmp_path)]
+    try:
+        code = sweep([*argv, *args])
+    except SystemExit as e:  # argparse's check of --table's choices
+        code = e.code
+    err = capsys.readouterr().err
+    assert code == 2 and err.startswith(f"error: {expected}") and len(err.strip().splitlines()) == 1
+    assert not any(tmp_path.iterdir())
 
 
 def test_a_finished_run_is_never_replaced_from_the_command_line(capsys, tmp_path, data_root):
@@ -373,12 +454,16 @@ def test_a_run_without_ray_given_rays_placement_is_told_so():
                                     "see `python -m ray_jobs.bench --help`."),
     ("bench", ["--full-rounds", "0"], "error: --full-rounds must be at least 1 (got 0); see "
                                       "`python -m ray_jobs.bench --help`."),
-    ("bench", ["--profile", "huge"], "error: argument --profile: invalid choice: 'huge' (choose from 'auto', "
-                                     "'small'); see `python -m ray_jobs.bench --help`."),
+    ("bench", ["--profile", "huge"], "error: argument --profile: unknown choice 'huge'; choose one of: auto, small; "
+                                     "see `python -m ray_jobs.bench --help`."),
+    ("bench", ["--profile", "smal"], "error: argument --profile: unknown choice 'smal' (did you mean small?); choose "
+                                     "one of: auto, small; see `python -m ray_jobs.bench --help`."),
     ("figures", ["tsne"], "error: the following arguments are required: RUN_DIR; see "
                           "`python -m ray_jobs.figures tsne --help`."),
-    ("figures", ["draw"], "error: argument {tsne,all}: invalid choice: 'draw' (choose from 'tsne', 'all'); see "
+    ("figures", ["draw"], "error: argument {tsne,all}: unknown choice 'draw'; choose one of: tsne, all; see "
                           "`python -m ray_jobs.figures --help`."),
+    ("figures", ["tnse"], "error: argument {tsne,all}: unknown choice 'tnse' (did you mean tsne?); choose one of: "
+                          "tsne, all; see `python -m ray_jobs.figures --help`."),
     ("figures", [], "error: the following arguments are required: {tsne,all}; see `python -m ray_jobs.figures "
                     "--help`."),
     ("results_table", ["--wirte"], "error: unrecognized arguments: --wirte; see "

@@ -25,7 +25,8 @@ def test_registry_defaults():
     m = METHODS["fedfa"]
     assert m.client is FedFAClient and m.server is FedFAServer and m.variant_of is None
     assert m.defaults == {"p": 0.5, "momentum": 0.99, "eps": 1e-6, "client_variance": "channel"}
-    with pytest.raises(ValueError, match="client_variance must be one of channel, all"):
+    with pytest.raises(ValueError, match=r"^unknown client_variance value 'per-channel' \(did you mean channel\?\); "
+                                         r"choose one of: channel, all\.$"):
         RunConfig(method="fedfa", hparams={"client_variance": "per-channel"})
     with pytest.raises(ValueError, match=r"p must be a number in \[0, 1\]"):
         RunConfig(method="fedfa", hparams={"p": 1.5})

@@ -23,7 +23,8 @@ def test_registry_entry():
     m = METHODS["fedper"]
     assert m.client is FedPerClient and m.server is FedPerServer and m.variant_of is None
     assert m.defaults == {"head": "classifier"} and FedPerServer.personal_models and not FedPerServer.per_client
-    with pytest.raises(HyperparameterError, match=r"^head must be one of classifier, fc \(got 'fc2'\)\.$"):
+    with pytest.raises(HyperparameterError,
+                       match=r"^unknown head value 'fc2' \(did you mean fc\?\); choose one of: classifier, fc\.$"):
         RunConfig(method="fedper", hparams={"head": "fc2"})
 
 

@@ -290,8 +290,8 @@ def test_a_sweep_runs_the_grid_values_it_names(data_root, tmp_path, capsys):
     assert select("fedplvm_fig4b", "full", runs, methods=["fpl"], seeds=[0], values=[0.1])[0].run_name == \
         "fpl-digit5-default-lambda0.1-seed0"
     base = ["--profile", "full", "--results-dir", str(tmp_path), "--data-root", str(data_root), "--executor", "local"]
-    for args, message in ((["--table", "fedplvm_fig5", "--values", "0.3"], "value(s) [0.3] not in table fedplvm_fig5 "
-                           "at the full profile; choose from 0.02, 0.045, 0.07, 0.1, 0.2."),
+    for args, message in ((["--table", "fedplvm_fig5", "--values", "0.3"], "unknown value(s) 0.3 in table "
+                           "fedplvm_fig5 at the full profile; choose one of: 0.02, 0.045, 0.07, 0.1, 0.2."),
                           (["--table", "fedplvm12", "--values", "1"], "table fedplvm12 has no hyperparameter grid: "
                            "--values is for fedplvm_fig4a, fedplvm_fig4b, fedplvm_fig5."),
                           (["--table", "fedplvm_fig5", "--values", "low"], "--values takes comma-separated numbers")):

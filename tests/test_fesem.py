@@ -28,7 +28,8 @@ def test_registry_entry():
             and FeSEMServer.personal_models)
     with pytest.raises(HyperparameterError, match=r"^clusters must be an integer >= 1 \(got 2\.5\)\.$"):
         RunConfig(method="fesem", hparams={"clusters": 2.5})
-    with pytest.raises(HyperparameterError, match=r"^distance must be one of weights, classifier \(got 'l1'\)\.$"):
+    with pytest.raises(HyperparameterError,
+                       match=r"^unknown distance value 'l1'; choose one of: weights, classifier\.$"):
         RunConfig(method="fesem", hparams={"distance": "l1"})
 
 

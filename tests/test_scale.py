@@ -173,7 +173,8 @@ def test_a_sweep_gives_every_run_its_client_memory_and_spread(data_root, tmp_pat
     assert "6 of 6 runs already complete; running 0" in capsys.readouterr().out
     with pytest.raises(SystemExit):
         main([*args, "--client-memory", "ssd"])
-    assert "invalid choice: 'ssd'" in capsys.readouterr().err
+    assert "argument --client-memory: unknown choice 'ssd'; choose one of: auto, device, host, disk" in \
+        capsys.readouterr().err
 
 
 def test_a_run_with_its_client_states_on_disk_stopped_and_resumed_ends_as_one_in_host_memory(data_root, tmp_path):
