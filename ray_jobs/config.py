@@ -233,8 +233,7 @@ class RunConfig:
             cuda = resolve_device(self.device, self.gpus_per_actor if self.executor == "ray" else None).type == "cuda"
             set_("precision", auto_precision(cpu_flags(), cuda))
         if self.precision not in PRECISIONS:
-            raise ConfigError(f"unknown precision {self.precision!r}; choose one of: {', '.join(PRECISIONS)} or "
-                              f"{AUTO_PRECISION}.")
+            raise ConfigError(unknown_name("precision", self.precision, [*PRECISIONS, AUTO_PRECISION]))
         spec = METHODS[self.method]
         unknown_hp = sorted(set(self.hparams) - set(spec.defaults))
         if unknown_hp:
