@@ -54,8 +54,9 @@ data: $(STAMP)
 ## a paper table (ray_jobs/tables.py): make table2 -> --table 2, make table-fedplvm -> --table fedplvm (FedPLVM's
 ## Tables 1-5, 7-12 and Figures 4, 5: the group fedplvm12, fedplvm3, fedplvm4, fedplvm5, fedplvm78, fedplvm9,
 ## fedplvm10, fedplvm11, fedplvm_t12, fedplvm_fig4a, fedplvm_fig4b, fedplvm_fig5);
-## EXECUTOR=local: no Ray needed; PARALLEL=N: N runs at once (local: worker processes, default 1 without a GPU,
-## 4 on one; Ray: at most what the cluster fits); ENGINE=sequential|fused|auto;
+## EXECUTOR=local: no Ray needed; PARALLEL=N: N runs at once (local: worker processes, default without a GPU as
+## many as the cores hold at each run's threads at once, 4 on one; Ray: at most what the cluster fits);
+## ENGINE=sequential|fused|auto;
 ## GPUS_PER_ACTOR=0.1 DRIVER_GPUS=0.1: Ray runs on the GPUs, fractions sharing one (several runs per GPU);
 ## PRECISION=32-true|bf16-mixed|auto (default 32-true, the tables' protocol; auto: bf16-mixed on a CPU with native
 ## bfloat16, else 32-true); CHECKPOINT_EVERY=10: each run's checkpoint every 10 rounds (docs/reliability.md);

@@ -44,7 +44,7 @@ import torch
 
 from benchmark.communication import count
 from benchmark.data import domain_test_set, load_domain, to_tensor_images
-from benchmark.models import build_model
+from benchmark.models import MODELS, build_model
 from benchmark.protocols import unknown_name
 from benchmark.provenance import describe_process, peak_memory, reset_peak_memory
 from benchmark.spill import DiskStore
@@ -108,6 +108,17 @@ def resolve_client_memory(name: str, participation: float) -> str:
     if name == "auto":
         return "host" if participation < 1 else "device"
     return name
+
+
+def trains_beside_others(cfg) -> bool:
+    """Whether a run's client groups in one process (the local executor's) give the numbers each gives alone when
+    they train in threads beside each other: on the CPU, where each thread's kernels run on its own CPU threads, with
+    the sequential engine (the fused engine's vmap and torch.compile are not tried in threads), and without a model
+    that draws from torch's global random stream while training (FedProto's CNN's dropout), which the threads would
+    share. (Every client's model is of the dataset's class: `ClientGroup.make_module`.)"""
+    device = resolve_device(cfg.device)
+    return (device.type == "cpu" and resolve_engine(cfg.engine, device, cfg.hparams) == "sequential"
+            and not getattr(MODELS[cfg.dataset_spec.model], "global_stream", False))
 
 
 class StaleClientStates(RuntimeError):
@@ -255,17 +266,6 @@ class ClientGroup:
     def engine(self) -> str:
         """The engine the group trains with (`auto` resolved for its device)."""
         return resolve_engine(self.cfg.engine, self.device, self.cfg.hparams)
-
-    @property
-    def trains_beside_others(self) -> bool:
-        """Whether the group gives the numbers it gives alone when it trains in a thread beside the other groups of
-        its process (the local executor's): on the CPU, where each thread's kernels run on its own CPU threads, with
-        the sequential engine (the fused engine's vmap and torch.compile are not tried in threads), and without a
-        model that draws from torch's global random stream while training (FedProto's CNN's dropout), which the
-        threads would share."""
-        nets = [m.net for m in (self.module, *self.arch_modules.values())]
-        return (self.device.type == "cpu" and self.engine == "sequential"
-                and not any(getattr(net, "global_stream", False) for net in nets))
 
     def describe(self) -> dict:
         """Provenance: this process's machine, the engine it trains with and its clients."""

@@ -14,7 +14,8 @@ from concurrent.futures import ThreadPoolExecutor, wait
 import torch
 
 from benchmark.spill import DiskStore
-from lightning_modules.clients import ClientGroup, StaleClientStates, cpu_threads, resolve_client_memory
+from lightning_modules.clients import (ClientGroup, StaleClientStates, cpu_threads, resolve_client_memory,
+                                       trains_beside_others)
 from ray_jobs.config import RunConfig
 
 
@@ -31,6 +32,16 @@ def assign_groups(clients: list[dict], num_groups: int) -> list[list[dict]]:
         groups[g].append(c)
         totals[g] += c["num_samples"]
     return [sorted(g, key=lambda c: c["id"]) for g in groups if g]
+
+
+def threads_at_once(cfg: RunConfig) -> tuple[int, int, int]:
+    """The CPU threads a run in one process on the CPU (`LocalExecutor`) keeps busy, as (client groups training at
+    the same time, each one's threads, the driver's threads): the groups (one per --num-actors, at most one per
+    client) all at once where they train beside each other (`trains_beside_others`), else one at a time, each on
+    `cpu_threads(cpus_per_actor)`; the driver on `cpu_threads(driver_cpus)` between their calls (it waits on them,
+    they wait on it). The run's threads at once: the larger of groups x each and the driver's."""
+    groups = min(cfg.num_actors, sum(cfg.clients_per_domain.values())) if trains_beside_others(cfg) else 1
+    return groups, cpu_threads(cfg.cpus_per_actor), cpu_threads(cfg.driver_cpus)
 
 
 RESTART_TIMEOUT_S = 600  # a restarting client actor that is not back by then stops the run
@@ -87,7 +98,7 @@ class Executor:
 class LocalExecutor(Executor):
     """Client groups as plain objects in this process. Their calls run in threads, each with the group's CPU threads
     (--cpus-per-actor, as a Ray actor's): the groups at the same time, one thread each, where every group gives the
-    numbers it gives alone that way (`ClientGroup.trains_beside_others`: on the CPU with the sequential engine,
+    numbers it gives alone that way (`trains_beside_others`: on the CPU with the sequential engine,
     without dropout); otherwise one after another in one thread (on a GPU in the calling thread, as before). A
     group's kernels are then those of a Ray actor with the same share, so a run's numbers are the same either way,
     and as they were when the groups ran one after another in the driver's thread (tests/test_reliability.py). The
@@ -98,7 +109,7 @@ class LocalExecutor(Executor):
     def __init__(self, cfg: RunConfig, groups: list[list[dict]], data_root: str):
         super().__init__(cfg)
         self.groups = [ClientGroup(cfg, g, data_root) for g in groups]
-        together = self.concurrent and all(g.trains_beside_others for g in self.groups)
+        together = self.concurrent and trains_beside_others(cfg)
         self.parallel = together and len(self.groups) > 1  # a round's local training: the slowest group's, else the sum
         # on a GPU the groups stay in the calling thread, as before (untried there in threads)
         gpu = any(g.device.type == "cuda" for g in self.groups)

@@ -16,7 +16,8 @@ A run whose complete summary.json exists is not run again, so an interrupted
 sweep continues where it stopped; one of another protocol in a run's folder stops
 the sweep before any run (a finished run is never replaced). Runs go to Ray concurrently as far as the
 cluster's resources allow (a Ray cluster of the sweep's own, or the one --address or RAY_ADDRESS names);
-with `--executor local --parallel N`, N at once in worker processes (no Ray).
+with `--executor local`, as many at once as the CPU threads fit (`--parallel N`: N), in worker processes (no
+Ray).
 The `smoke` profile runs the same code paths with tiny settings; its reports go
 to results/smoke/ and say so in their titles, never over a full-profile report.
 """
@@ -47,6 +48,7 @@ from lightning_modules.clients import CLIENT_MEMORY
 from ray_jobs import report_fedproto, report_grid
 from ray_jobs.cli import OneLineParser
 from ray_jobs.config import RunConfig
+from ray_jobs.executors import threads_at_once
 from ray_jobs.plan import (check_data, check_no_finished_run_replaced, foreign_domains_note, plan, reading_runs,
                            reported_runs, select)
 from ray_jobs.progress import SweepProgress
@@ -65,7 +67,7 @@ def concurrency(todo: list[RunConfig], asked: int | None, address: str | None = 
     if c.executor == "ray":
         n, why = ray_concurrency(c, asked, init_ray(c, address).cluster_resources())
     else:
-        n, why = local_concurrency(c, asked, len(todo), c.device != "cpu" and torch.cuda.is_available())
+        n, why = local_concurrency(todo, asked, c.device != "cpu" and torch.cuda.is_available(), os.cpu_count() or 1)
     return min(n, len(todo)), why
 
 
@@ -84,30 +86,33 @@ def ray_concurrency(c: RunConfig, asked: int | None, have: dict) -> tuple[int, s
     return min(asked or fit, fit), why
 
 
-def local_concurrency(c: RunConfig, asked: int | None, runs: int, cuda: bool) -> tuple[int, str]:
-    """--parallel, else 1 without a GPU to train on (`cuda`; the plan line then says how many of the `runs` would
-    fit the CPU threads) and GPU_PARALLEL with one: on one H100, 4 Office-Caltech runs at once took 314 to 342 s
-    each against 261 s for FPL alone, about 3x the throughput of one at a time, and 7 at once 2.5 to 3x (2026-11-24,
-    results/perf/h100-2026-11-24/README.md); more runs only add GPU memory and CPU contention."""
-    if asked:
-        why = f"--parallel {asked}"
-    elif cuda:
-        asked, why = GPU_PARALLEL, (f"default on a GPU: {GPU_PARALLEL} runs at once gave about 3x the throughput of "
-                                    "one on an H100; --parallel N to change")
+def local_concurrency(todo: list[RunConfig], asked: int | None, cuda: bool, cores: int) -> tuple[int, str]:
+    """How many of these local runs go at once: --parallel, else without a GPU to train on (`cuda`) as many as fit
+    this machine's `cores` CPU threads, each on the most threads one of them keeps busy at once (`threads_at_once`:
+    FPL's default, 2 client groups of 1 thread at the same time, 2), at least 1; with a GPU, GPU_PARALLEL: on one
+    H100, 4 Office-Caltech runs at once took 314 to 342 s each against 261 s for FPL alone, about 3x the throughput
+    of one at a time, and 7 at once 2.5 to 3x (2026-11-24, results/perf/h100-2026-11-24/README.md); more runs only
+    add GPU memory and CPU contention. The runs' numbers are the same at any count: each run sets its own threads."""
+    if cuda:
+        fit = GPU_PARALLEL
+        why = f"default on a GPU: {fit} runs at once gave about 3x the throughput of one on an H100"
     else:
-        asked, why = 1, "default without a GPU; --parallel N to change"
-        cpus = os.cpu_count() or 1
-        fit = min(runs, cpus // max(1, math.ceil(max(c.cpus_per_actor, c.driver_cpus))))
-        if fit > 1:  # an in-process run trains on its actors' threads (1 by default) and leaves the others idle
-            why += f"; --parallel {fit} would run {fit} at once on this machine's {cpus} CPU threads, same numbers"
-    if asked > 1:
-        why += (f"; worker processes of at most {worker_threads(asked)} CPU thread(s) each, output in "
-                "<run folder>/run.log")
-    return asked, why
+        groups, each, driver = max(map(threads_at_once, todo), key=lambda t: max(t[0] * t[1], t[2]))
+        threads = max(groups * each, driver)
+        fit = max(1, cores // threads)
+        why = (f"a run trains on at most {threads} CPU thread(s) at once ({groups} client group(s) at the same time "
+               f"on {each} each, its driver on {driver} between their calls): {fit} fit this machine's {cores}")
+    if asked:
+        why = f"--parallel {asked}" + ("" if cuda else f"; {why}")
+    else:
+        why = ("" if cuda else "default without a GPU: ") + f"{why}; --parallel N to change"
+    n = min(asked or fit, len(todo))
+    return n, why + "; worker processes, output in <run folder>/run.log" * (n > 1)
 
 
 def worker_threads(n: int) -> int:
-    """Each of n worker processes' share of this machine's CPU threads."""
+    """Each of n worker processes' share of this machine's CPU threads: the most that what its run does not set
+    itself may use (numpy's and scikit-learn's pools, torch's before the run sets its driver's and groups')."""
     return max(1, (os.cpu_count() or 1) // n)
 
 
@@ -290,7 +295,9 @@ def worker(cfg: RunConfig, threads: int, sender) -> None:
         os.dup2(log.fileno(), 2)
         sys.stdout.reconfigure(line_buffering=True)
         sys.stderr.reconfigure(line_buffering=True)
-        torch.set_num_threads(threads)  # a run may lower it (--cpus-per-actor, --driver-cpus), never raise it
+        # the run then sets its own: its driver's thread's --driver-cpus, each client group's --cpus-per-actor
+        # (`Driver`, `LocalExecutor`), whatever this share: the same numbers at any --parallel
+        torch.set_num_threads(threads)
         threadpool_limits(threads)  # numpy's and scikit-learn's BLAS and OpenMP pools (FINCH)
         print(f"sweep worker pid {os.getpid()}: started {now()} ({threads} CPU thread{'s' * (threads > 1)})")
         try:
@@ -340,10 +347,11 @@ def main(argv: list[str] | None = None) -> int:
                       help="run and write nothing: list the runs the sweep would make (and those it would resume "
                            "from a checkpoint) after the checks it makes before any run")
     ap.add_argument("--parallel", type=int, default=None,
-                    help="runs at once (default: Ray, as many as the cluster fits; local, 1 without a GPU and "
-                         f"{GPU_PARALLEL} on one)")
+                    help="runs at once (default: Ray, as many as the cluster fits; local, without a GPU as many as "
+                         "this machine's CPU threads fit, each run at the threads its client groups and driver keep "
+                         f"busy at once (the plan line says), {GPU_PARALLEL} on one; the same numbers at any count)")
     ap.add_argument("--executor", default="ray", choices=["ray", "local"],
-                    help="local: no Ray (not imported); one run in this process, or --parallel N worker processes")
+                    help="local: no Ray (not imported); one run in this process, or several in worker processes")
     ap.add_argument("--address", default=None, help=ADDRESS_HELP)
     ap.add_argument("--engine", default="auto", help="client training engine of every run: auto, sequential or fused")
     ap.add_argument("--precision", default="32-true",

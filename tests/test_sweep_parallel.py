@@ -15,10 +15,11 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
 
-from benchmark.results import read_jsonl
+from benchmark.results import MODEL_FILE, computed_metrics, read_jsonl
 from ray_jobs.config import RunConfig
-from ray_jobs.run import RunError
+from ray_jobs.run import RunError, run
 from ray_jobs.sweep import execute, local_concurrency, main, ray_concurrency
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -49,10 +50,10 @@ def driver_pid(run_dir: Path) -> int:
 
 
 def test_parallel_2_gives_the_numbers_of_one_run_at_a_time(data_root, tmp_path, capsys, monkeypatch):
-    """Table 2's two Office-Caltech rows of FedAvg and FPL at the smoke profile, one at a time in this process (the
-    default without a GPU), then two at once in worker processes: the same accuracies bit for bit (CPU). (That two
-    workers' runs are in flight at once is shown by the Ctrl-C test, where both wait before a round: here one smoke
-    run can end before the other's worker has started.)"""
+    """Table 2's two Office-Caltech rows of FedAvg and FPL at the smoke profile, one at a time in this process
+    (--parallel 1, the default on a machine of fewer than 4 CPU threads), then two at once in worker processes: the
+    same accuracies bit for bit (CPU). (That two workers' runs are in flight at once is shown by the Ctrl-C test,
+    where both wait before a round: here one smoke run can end before the other's worker has started.)"""
     monkeypatch.setenv("WANDB_MODE", "disabled")  # inherited by the workers
     args = ["--table", "2", "--profile", "smoke", "--methods", "fedavg,fpl", "--datasets", "office_caltech",
             "--domains", "mnist,usps,syn", "--data-root", str(data_root), "--executor", "local"]
@@ -64,18 +65,16 @@ def test_parallel_2_gives_the_numbers_of_one_run_at_a_time(data_root, tmp_path, 
     hwm_before = vm_kib("VmHWM") / 2**10
     assert rss_during >= rss_idle + TRANSIENT_MIB / 2 and hwm_before >= rss_during - 4  # (4 MiB: see peaks[-1])
     rss_before = vm_kib("VmRSS") / 2**10  # this process's size as the runs start
-    assert main([*args, "--results-dir", str(tmp_path / "one")]) == 0
+    assert main([*args, "--results-dir", str(tmp_path / "one"), "--parallel", "1"]) == 0
     hwm_after = vm_kib("VmHWM") / 2**10
     cpus = os.cpu_count()
-    fit = min(2, cpus)  # 2 runs; their actors and driver train on 1 thread each
-    hint = f"; --parallel {fit} would run {fit} at once on this machine's {cpus} CPU threads, same numbers" * (fit > 1)
-    assert ("0 of 2 runs already complete; running 2, 1 at once (default without a GPU; --parallel N to change"
-            f"{hint})") in capsys.readouterr().out
+    threads = ("a run trains on at most 2 CPU thread(s) at once (2 client group(s) at the same time on 1 each, its "
+               f"driver on 1 between their calls): {max(1, cpus // 2)} fit this machine's {cpus}")
+    assert f"0 of 2 runs already complete; running 2, 1 at once (--parallel 1; {threads})" in capsys.readouterr().out
     assert main([*args, "--results-dir", str(tmp_path / "two"), "--parallel", "2"]) == 0
-    threads = max(1, os.cpu_count() // 2)
     out = capsys.readouterr().out
-    assert (f"0 of 2 runs already complete; running 2, 2 at once (--parallel 2; worker processes of at most {threads} "
-            "CPU thread(s) each, output in <run folder>/run.log)") in out
+    assert (f"0 of 2 runs already complete; running 2, 2 at once (--parallel 2; {threads}; worker processes, output in "
+            "<run folder>/run.log)") in out
     for name in RUNS:  # each worker's rounds reach the sweep's progress
         final = json.loads((tmp_path / "two" / "runs" / name / "summary.json").read_text())["final"]
         assert f"] {name}: round 2/2, AVG {final['AVG']:.2f}\n" in out
@@ -117,6 +116,46 @@ def test_parallel_2_gives_the_numbers_of_one_run_at_a_time(data_root, tmp_path, 
 
 
 SMALL = dict(dataset="office_caltech", local_epochs=1, client_fraction=0.05, eval_max=50, executor="local")
+BASE = dict(method="fpl", dataset="office_caltech", executor="local", device="cpu")  # (on a GPU machine too)
+
+
+# 5 clients (webcam 1, dslr 4), 2 client groups of 1 thread each, a driver of 2: its kernels unlike its groups'
+TWO_DRIVER_THREADS = dict(dataset="office_caltech", domains=["webcam", "dslr"], rounds=2, local_epochs=1,
+                          client_fraction=0.1, eval_max=30, num_actors=2, cpus_per_actor=1, driver_cpus=2)
+
+
+def test_workers_and_ray_give_the_numbers_of_a_run_in_the_calling_thread_with_a_driver_of_2_threads(
+        ray_cluster, data_root, tmp_path, monkeypatch):
+    """MOON (each client's previous model kept across rounds) and FPL (FINCH on the driver) with --driver-cpus 2
+    beside --cpus-per-actor 1 (the driver aggregates and evaluates on 2 threads, each group trains on 1): made in
+    this test's own thread (the local executor's groups in threads of it), two at once in sweep worker processes
+    (each worker's share of the CPU threads, the cores over 2, below its driver's 2 on this project's 2-core
+    machine), and MOON through Ray (a driver actor of 2 CPUs, two client actors of 1): the same metrics and final
+    models bit for bit, every driver on 2 threads and every group on 1."""
+    monkeypatch.setenv("WANDB_MODE", "disabled")  # inherited by the workers
+
+    def config(method: str, where: str, executor: str) -> RunConfig:
+        return RunConfig(method=method, **TWO_DRIVER_THREADS, executor=executor, data_root=str(data_root),
+                         out=str(tmp_path / where / method), name=method)
+
+    for method in ("moon", "fpl"):
+        run(config(method, "here", "local"), quiet=True)
+    assert execute([config(m, "workers", "local") for m in ("moon", "fpl")], 2) == ["moon", "fpl"]
+    run(config("moon", "ray", "ray"), quiet=True)
+    made = {"here": ("moon", "fpl"), "workers": ("moon", "fpl"), "ray": ("moon",)}
+    drivers = {}
+    for where, methods in made.items():
+        for method in methods:
+            one, other = tmp_path / "here" / method, tmp_path / where / method
+            assert computed_metrics(other) == computed_metrics(one), (where, method)
+            a, b = (torch.load(d / MODEL_FILE, weights_only=True) for d in (one, other))
+            assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a), (where, method)
+            seen = provenance(other)
+            assert seen["driver"]["torch_threads"] == 2 and [g["torch_threads"] for g in seen["actors"]] == [1, 1]
+            drivers[where, method] = seen["driver"]["pid"]
+    assert drivers["here", "moon"] == drivers["here", "fpl"] == os.getpid()  # in this process
+    assert len({drivers["workers", "moon"], drivers["workers", "fpl"], drivers["ray", "moon"], os.getpid()}) == 4
+    assert computed_metrics(tmp_path / "here" / "moon") != computed_metrics(tmp_path / "here" / "fpl")
 
 
 def test_a_failed_worker_does_not_stop_the_others(data_root, tmp_path, capsys, monkeypatch):
@@ -152,7 +191,7 @@ def test_ctrl_c_stops_every_worker_and_the_same_sweep_resumes_their_runs(data_ro
     script = textwrap.dedent(f"""
         import sys
         from ray_jobs.config import RunConfig
-        from ray_jobs.run import RunError
+        from ray_jobs.run import RunError, run
         from ray_jobs.sweep import execute
         runs = [RunConfig(method=m, out={str(tmp_path)!r} + "/" + m, name=m, rounds={ROUNDS}, """
         # the script's line goes on: split here only to keep the source within 120 columns
@@ -268,13 +307,60 @@ def test_ray_packs_as_many_whole_runs_as_its_cpus_and_gpu_shares_hold():
 
 
 def test_a_local_sweep_with_a_gpu_runs_gpu_parallel_at_once_in_workers():
-    """The local executor's plan with a GPU to train on: GPU_PARALLEL (4) worker processes by default, sharing the
-    machine's CPU threads; --parallel wins; without a GPU, one at a time by default."""
-    c = RunConfig(method="fpl", dataset="office_caltech", executor="local")
-    threads = max(1, (os.cpu_count() or 1) // 4)
-    assert local_concurrency(c, None, 24, cuda=True) == (
+    """The local executor's plan with a GPU to train on: GPU_PARALLEL (4) worker processes by default; --parallel
+    wins; never more than the runs."""
+    todo = [RunConfig(method="fpl", dataset="office_caltech", executor="local")] * 24
+    assert local_concurrency(todo, None, cuda=True, cores=16) == (
         4, "default on a GPU: 4 runs at once gave about 3x the throughput of one on an H100; --parallel N to change; "
-           f"worker processes of at most {threads} CPU thread(s) each, output in <run folder>/run.log")
-    assert local_concurrency(c, 7, 24, cuda=True)[0] == 7 and local_concurrency(c, 1, 24, cuda=True) == (
-        1, "--parallel 1")
-    assert local_concurrency(c, None, 24, cuda=False)[0] == 1
+           "worker processes, output in <run folder>/run.log")
+    assert local_concurrency(todo, 7, cuda=True, cores=16)[0] == 7
+    assert local_concurrency(todo, 1, cuda=True, cores=16) == (1, "--parallel 1")
+    assert local_concurrency(todo[:3], None, cuda=True, cores=16)[0] == 3
+
+
+def test_a_cpu_sweep_runs_as_many_at_once_as_the_cores_hold_each_run_on_the_threads_it_keeps_busy():
+    """Without a GPU a run in process keeps busy, at once, its client groups' threads (one group per --num-actors,
+    at most one per client, each on its whole --cpus-per-actor CPUs, at least 1) while they train beside each other,
+    its driver's (--driver-cpus) between their calls: the default --parallel is the cores over the larger, at least
+    1, at most the runs. By hand (Office-Caltech: 10 clients; its webcam and dslr: 5)."""
+    def n(cores, runs=24, **kw):
+        return local_concurrency([RunConfig(**{**BASE, **kw})] * runs, None, cuda=False, cores=cores)[0]
+
+    assert [n(cores) for cores in (1, 2, 3, 4, 5, 16)] == [1, 1, 1, 2, 2, 8]  # 2 groups of 1: 2 threads a run
+    assert n(16, runs=3) == 3 and n(16, runs=1) == 1
+    assert n(2, num_actors=1) == 2 and n(16, num_actors=1) == 16  # 1 group of 1, a driver of 1: 1 thread a run
+    assert n(16, num_actors=3, cpus_per_actor=2, driver_cpus=4) == 2  # 3 x 2 = 6 threads, the driver's 4 between
+    assert n(16, driver_cpus=8) == 2 and n(16, driver_cpus=3) == 5  # the driver's 8 (3) more than the groups' 2
+    assert n(16, cpus_per_actor=0.5) == 8 and n(16, cpus_per_actor=2.7) == 4  # 2 x 1 and 2 x 2 threads
+    assert n(16, num_actors=20) == 1 and n(16, num_actors=20, domains=["webcam", "dslr"]) == 3  # 10 and 5 groups
+    assert n(16, engine="fused") == 16  # its groups train one after another (not in threads): 1 thread at once
+    proto = dict(method="fedproto", dataset="mnist")  # FedProto's CNN, its dropout on torch's global stream
+    assert n(16, **proto) == 16 and n(2, **proto) == 2
+    mixed = [RunConfig(**{**BASE, **proto}), RunConfig(**BASE)]  # the busiest run counts
+    assert local_concurrency(mixed * 4, None, cuda=False, cores=4)[0] == 2
+    todo = [RunConfig(**BASE, num_actors=3, cpus_per_actor=2, driver_cpus=4)] * 24
+    threads = ("a run trains on at most 6 CPU thread(s) at once (3 client group(s) at the same time on 2 each, its "
+               "driver on 4 between their calls)")
+    assert local_concurrency(todo, None, cuda=False, cores=16) == (
+        2, f"default without a GPU: {threads}: 2 fit this machine's 16; --parallel N to change; worker processes, "
+           "output in <run folder>/run.log")
+    assert local_concurrency(todo, None, cuda=False, cores=5) == (
+        1, f"default without a GPU: {threads}: 1 fit this machine's 5; --parallel N to change")
+    assert local_concurrency(todo, 3, cuda=False, cores=5) == (
+        3, f"--parallel 3; {threads}: 1 fit this machine's 5; worker processes, output in <run folder>/run.log")
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="the plan of a machine without a GPU (the sweep's runs: auto)")
+def test_a_dry_run_says_how_many_runs_the_cores_hold(data_root, tmp_path, capsys):
+    """A real sweep's plan (Table 2's smoke rows of FedAvg and FPL on Office-Caltech, 2 runs of 2 client groups of
+    1 thread): the cores over 2, at least 1, at most 2 (1 on this project's 2-core machine)."""
+    cores = os.cpu_count()
+    fit = max(1, cores // 2)
+    assert main(["--table", "2", "--profile", "smoke", "--methods", "fedavg,fpl", "--datasets", "office_caltech",
+                 "--executor", "local", "--dry-run", "--data-root", str(data_root),
+                 "--results-dir", str(tmp_path)]) == 0
+    workers = "; worker processes, output in <run folder>/run.log" * (fit > 1)
+    assert (f"\n  {min(2, fit)} at once (default without a GPU: a run trains on at most 2 CPU thread(s) at once (2 "
+            "client group(s) at the same time on 1 each, its driver on 1 between their calls): "
+            f"{fit} fit this machine's {cores}; --parallel N to change{workers})\n") in capsys.readouterr().out
+    assert not any(tmp_path.iterdir())
