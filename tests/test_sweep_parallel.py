@@ -21,9 +21,12 @@ from benchmark.results import MODEL_FILE, computed_metrics, read_jsonl
 from ray_jobs.config import RunConfig
 from ray_jobs.run import RunError, run
 from ray_jobs.sweep import execute, local_concurrency, main, ray_concurrency
+from ray_jobs.tables import TABLES
 
 ROOT = Path(__file__).resolve().parent.parent
-RUNS = ("fedavg-office_caltech-default-seed0", "fpl-office_caltech-default-seed0")
+# Table 2's Office-Caltech smoke runs of FedAvg and FPL, by the names the smoke profile's departures give them
+SMOKE = RunConfig.from_preset("fpl-office", **TABLES["2"].overrides("smoke")).departures_name
+RUNS = (f"fedavg-office_caltech-default{SMOKE}-seed0", f"fpl-office_caltech-default{SMOKE}-seed0")
 TRANSIENT_MIB = 2048  # freed before the runs: their peak memory must not count it
 WORKER_LINE = re.compile(r"^sweep worker pid (\d+): (started|ended) (\S+) ", re.M)
 
