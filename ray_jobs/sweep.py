@@ -355,9 +355,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--address", default=None, help=ADDRESS_HELP)
     ap.add_argument("--engine", default="auto", help="client training engine of every run: auto, sequential or fused")
     ap.add_argument("--precision", default="32-true",
-                    help="32-true (as the references), bf16-mixed, or auto (bf16-mixed on a CPU with native bfloat16, "
-                         "else 32-true: ray_jobs.run's default); part of each run's protocol, recorded as picked (a "
-                         "finished run at another precision in the same folder stops the sweep: it is never replaced)")
+                    help="32-true (as the references, and ray_jobs.run's default), bf16-mixed, or auto (bf16-mixed "
+                         "on a CPU with native bfloat16, else 32-true); part of each run's protocol, recorded as "
+                         "picked; a run away from 32-true has folders of its own (-bf16-mixed in their names)")
     ap.add_argument("--eval-every", type=int, default=None,
                     help="test every run after every K-th round (0: none) and the rounds the table's metric reads: the "
                          "last 5, or the final one (default: the table's full-profile schedule, every round at the "
