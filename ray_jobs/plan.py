@@ -34,17 +34,18 @@ def foreign_domains_note(name: str, tables, profile: str, requested_domains: lis
 
 
 def plan(table: str, profile: str, requested_domains: list[str] | None, results_dir: Path, data_root: str | None,
-         extra: dict | None = None, find_data: bool = True) -> list[RunConfig]:
-    """Every run of the table, for each row its grid's values (a grid table) and seeds (its data is checked by
-    `check_data`, for the runs a sweep will make). `find_data=False`: the runs keep `data_root` as given, unresolved,
-    for a reader of finished run folders that needs no data (the README's Results)."""
+         extra: dict | None = None, find_data: bool = True, methods: list[str] | None = None) -> list[RunConfig]:
+    """Every run of the table, for each row (`Table.row_list`: at the smoke profile its default rows and those of
+    `methods`) its grid's values (a grid table) and seeds (its data is checked by `check_data`, for the runs a sweep
+    will make). `find_data=False`: the runs keep `data_root` as given, unresolved, for a reader of finished run
+    folders that needs no data (the README's Results)."""
     spec = TABLES[table]
     root = resolve_data_root(data_root) if find_data else data_root
     every = list(dict.fromkeys(d for ds in DATASETS.values() for d in ds))
     unknown = sorted(set(requested_domains or []) - set(every))
     if unknown:
         raise ConfigError(unknown_name("domain", unknown, every))
-    rows = spec.row_list(profile)
+    rows = spec.row_list(profile, methods)
     dataset_of = {p: PRESETS[p]["dataset"] for _, p in rows}
     runs = []
     for method, preset in rows:
@@ -63,12 +64,13 @@ def select(table: str, profile: str, runs: list[RunConfig], methods: list[str] |
            seeds: list[int] | None = None, datasets: list[str] | None = None,
            values: list[float] | None = None) -> list[RunConfig]:
     """The planned runs of the given methods, seeds, datasets and, in a hyperparameter grid, values (None: all),
-    for a sweep that runs part of a table."""
+    for a sweep that runs part of a table. Any of the table's methods may be named at any profile: `runs` are then
+    planned with them (`plan`'s `methods`)."""
     spec = TABLES[table]
     if values and spec.grid is None:
         grids = ", ".join(t for t, s in TABLES.items() if s.grid is not None)
         raise ConfigError(f"table {table} has no hyperparameter grid: --values is for {grids}.")
-    have = {"method": list(dict.fromkeys(c.method for c in runs)), "seed": list(spec.seeds_for(profile)),
+    have = {"method": list(dict.fromkeys(m for m, _ in spec.row_list())), "seed": list(spec.seeds_for(profile)),
             "dataset": list(dict.fromkeys(c.dataset for c in runs)),
             "value": [next(iter(h.values())) for h in spec.hparam_sets(profile)] if spec.grid else []}
     for key, asked in (("method", methods), ("seed", seeds), ("dataset", datasets), ("value", values)):

@@ -328,8 +328,9 @@ def main(argv: list[str] | None = None) -> int:
                          + "; ".join(f"{g} = {', '.join(t)}" for g, t in GROUPS.items()))
     ap.add_argument("--profile", default="full", choices=sorted(PROFILES))
     ap.add_argument("--domains", default=None, help="comma-separated domains to use (others are left out)")
-    ap.add_argument("--methods", default=None, help="comma-separated: run only these of the table's methods "
-                    "(the report covers every run of the table that is complete)")
+    ap.add_argument("--methods", default=None, help="comma-separated: run only these of the table's methods, at "
+                    "any profile (the smoke profile's default rows are fewer; the report covers every run of them and "
+                    "of these that is complete)")
     ap.add_argument("--seeds", default=None, help="comma-separated: run only these of the table's seeds")
     ap.add_argument("--values", default=None,
                     help="comma-separated: run only these values of a grid table's hyperparameter (FedPLVM's Figures "
@@ -400,10 +401,11 @@ def main(argv: list[str] | None = None) -> int:
             raise ConfigError(f"--results-dir {results_dir} is a file; a sweep writes its run folders and reports "
                               "under a folder there: name a folder (new or results/).")
         domains = args.domains.split(",") if args.domains is not None else None
-        runs = {t: plan(t, args.profile, domains, results_dir, args.data_root, extra) for t in tables}
+        methods = args.methods.split(",") if args.methods else None
+        # (at the smoke profile a table's default rows and those of the methods named: any method of the table)
+        runs = {t: plan(t, args.profile, domains, results_dir, args.data_root, extra, methods=methods) for t in tables}
         if note := foreign_domains_note(args.table, tables, args.profile, domains):
             print(note, file=sys.stderr)
-        methods = args.methods.split(",") if args.methods else None
         try:
             seeds = [int(s) for s in args.seeds.split(",")] if args.seeds else None
         except ValueError:

@@ -107,8 +107,8 @@ class Table:
     # else (no curves): its runs test after those rounds alone (`overrides`)
     eval_every: int = 5
     config: dict = field(default_factory=dict)  # RunConfig fields every run of the table sets (a split, a label skew)
-    # the methods whose rows the smoke profile runs (None: every row): a table beside others in a group, whose
-    # other rows run the same code paths there
+    # the methods whose rows the smoke profile runs by default (None: every row): a table beside others in a group,
+    # whose other rows run the same code paths there; a sweep's --methods runs any of the table's methods there
     smoke_methods: tuple[str, ...] | None = None
     smoke_presets: tuple[str, ...] | None = None  # the presets whose rows the smoke profile runs (None: every preset)
     # a hyperparameter grid (FedPLVM's Figures 4 and 5): (name, values); each (method, preset) row runs once per value,
@@ -133,10 +133,13 @@ class Table:
         """Whether the table has readings and shows them on this dataset (`reading_datasets`)."""
         return bool(self.readings) and dataset in (self.reading_datasets or [dataset])
 
-    def row_list(self, profile: str = "full") -> list[tuple[str, str]]:
+    def row_list(self, profile: str = "full", methods: list[str] | None = None) -> list[tuple[str, str]]:
+        """The (method, preset) rows at `profile`: every row at the full profile; at the smoke profile those of
+        `smoke_methods` and of the `methods` named (a sweep's --methods: any of the table's), on `smoke_presets`."""
         rows = self.rows() if callable(self.rows) else self.rows
         if profile == "smoke":
-            rows = [(m, p) for m, p in rows if (self.smoke_methods is None or m in self.smoke_methods)
+            rows = [(m, p) for m, p in rows if (self.smoke_methods is None or m in self.smoke_methods
+                                                or m in (methods or ()))
                     and (self.smoke_presets is None or p in self.smoke_presets)]
         return rows
 
@@ -239,7 +242,7 @@ TABLES: dict[str, Table] = {
     # every registered method that is not an ablation variant, read from the registry when the sweep
     # plans, so a method registered later joins without an edit; the paper values are FPL's Table 2; smoke: Table
     # 2's methods (their runs shared with Table 2's smoke sweep) and one of each other kind of communication (none,
-    # prototypes only, FedAPC's); every method's own test runs it end to end
+    # prototypes only, FedAPC's), and any other method named by --methods; every method's own test runs it end to end
     "all": Table("Every method under FPL's protocol (paper values: FPL's Table 2)",
                  lambda: _fpl_rows([m for m, spec in METHODS.items() if spec.variant_of is None]), paper.TABLE2,
                  communication=True, smoke_methods=(*TABLE2_METHODS, "local", "fedproto_orig", "fedapc"),

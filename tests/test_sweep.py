@@ -330,6 +330,35 @@ def test_table_all_runs_every_method_but_the_variants_and_picks_up_a_later_one(d
         del REGISTRY["later_method"], REGISTRY["later_variant"]
 
 
+def test_table_all_smoke_runs_a_method_named_outside_its_default_rows(data_root, tmp_path, capsys):
+    """`make table-all PROFILE=smoke METHODS=fedavg,fedper DRY_RUN=1`: FedPer is no default row of the smoke profile
+    (a fixed few), and named it takes its rows there at the smoke settings, as any method of the table would; a name
+    that is no method of the table is refused, the choices naming every one."""
+    from lightning_modules.registry import METHODS as REGISTRY
+    from ray_jobs.tables import TABLES
+
+    spec = TABLES["all"]
+    outside = [m for m, s in REGISTRY.items() if s.variant_of is None and m not in spec.smoke_methods]
+    assert "fedper" in outside
+    args = ["--table", "all", "--profile", "smoke", "--domains", "mnist,usps,syn", "--results-dir", str(tmp_path),
+            "--data-root", str(data_root), "--executor", "local", "--dry-run"]
+
+    def listed(extra):
+        assert main([*args, *extra]) == 0
+        return [line.strip() for line in capsys.readouterr().out.splitlines() if line.startswith(f"  {tmp_path}")]
+
+    doms = {"fpl-digits": ["mnist", "usps", "syn"], "fpl-office": ["caltech", "amazon", "webcam", "dslr"]}
+    assert listed(["--methods", "fedavg,fedper"]) == [
+        str(tmp_path / "runs" / RunConfig.from_preset(p, method=m, seed=0, domains=doms[p], executor="local",
+                                                      precision="32-true", **spec.overrides("smoke", p)).run_name)
+        for p in ("fpl-digits", "fpl-office") for m in ("fedavg", "fedper")]
+    default = listed([])
+    assert len(default) == 2 * len(spec.smoke_methods) and not [r for r in default if "fedper" in Path(r).name]
+    assert main([*args, "--methods", "fedavg,fedperr"]) == 2
+    err = capsys.readouterr().err
+    assert "method(s) ['fedperr'] not in table all" in err and all(f" {m}," in err or f" {m}." in err for m in outside)
+
+
 def test_table_all_smoke_shares_table2_runs_and_reports_communication(smoke, data_root, tmp_path, capsys):
     """`make table-all PROFILE=smoke DATASETS=office_caltech` after `make table2` (a copy of its results, local
     executor): Table 2's 16 runs are reused, only the other methods run; every method is a row on both datasets
