@@ -27,7 +27,7 @@ from benchmark.figures import plot_curves
 from benchmark.partition import plan_clients
 from benchmark.protocols import AUTO_PRECISION, DATASET_SPECS, PRESETS, ConfigError, client_share, splits_of
 from benchmark.provenance import run_provenance
-from benchmark.results import Recorder, WriteError, protocol
+from benchmark.results import TEMP_FILES, Recorder, WriteError, protocol
 from lightning_modules.privacy import model_options
 from lightning_modules.registry import METHODS, HyperparameterError
 from ray_jobs.cli import OneLineParser
@@ -169,7 +169,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="restarts of one client actor (process killed, out of memory) before the run stops")
     p.add_argument("--checkpoint-every", type=int, default=d["checkpoint_every"].default,
                    help="write the run folder's checkpoint every N rounds (and after the last); a resume redoes "
-                        "at most N-1 rounds. MOON's and FedDyn's checkpoints hold a model per client")
+                        "at most N-1 rounds; 0: none, a stopped run starts again from round 0. MOON's and FedDyn's "
+                        "checkpoints hold a model per client")
     return p
 
 
@@ -376,9 +377,9 @@ def run(cfg: RunConfig, quiet: bool = False, resume: bool = False,
     round's metrics.jsonl record once it is logged (a sweep's progress). `address`: the Ray cluster to join
     (`init_ray`; default RAY_ADDRESS, else a cluster of the run's own).
 
-    Every `checkpoint_every` rounds the run folder gets a checkpoint (`benchmark.checkpoint`); with `resume` the run
-    continues from the newest readable one (a fresh start, said so, when there is none). `resume_hint`
-    is how to resume, for the messages of a run that stopped."""
+    Every `checkpoint_every` rounds (never when 0) the run folder gets a checkpoint (`benchmark.checkpoint`); with
+    `resume` the run continues from the newest readable one (a fresh start, said so, when there is none).
+    `resume_hint` is how to resume, for the messages of a run that stopped."""
     check_device(cfg)
     root = resolve_data_root(cfg.data_root)
     checksums = check_domains_present(root, cfg.dataset, cfg.domains)
@@ -391,6 +392,8 @@ def run(cfg: RunConfig, quiet: bool = False, resume: bool = False,
     out = run_folder(cfg)
     check_writable(out)
     ckpt_dir = out / checkpoint.DIR
+    for stale in [*out.glob(TEMP_FILES), *ckpt_dir.glob(TEMP_FILES)]:  # of a write that a kill interrupted
+        stale.unlink(missing_ok=True)
     start = None
     if resume:
         start = checkpoint.load_latest(ckpt_dir, protocol(cfg))
@@ -437,7 +440,7 @@ def run(cfg: RunConfig, quiet: bool = False, resume: bool = False,
             for note in rec.pop("notes"):
                 print(f"note: round {r}: {note}", flush=True)
             recorder.log_round(rec)
-            if (r + 1) % cfg.checkpoint_every == 0 or r == cfg.rounds - 1:
+            if cfg.checkpoint_every and ((r + 1) % cfg.checkpoint_every == 0 or r == cfg.rounds - 1):
                 checkpoint.save(ckpt_dir, r, {"protocol": protocol(cfg), "round": r, "driver": call("checkpoint"),
                                               "metrics": recorder.rounds})
             if progress:
@@ -451,6 +454,8 @@ def run(cfg: RunConfig, quiet: bool = False, resume: bool = False,
         if features is not None:  # per-client test samples (FedProto's protocol): its Figure 2's t-SNE reads them
             recorder.save_features(features)
         memory = call("peak_memory")
+        plot_curves([out], out / "curves", f"{cfg.run_name}: accuracy over rounds", formats=("png",))
+        summary = recorder.finish(images={"curves": out / "curves.png"}, peak_memory=memory)
     except (Exception, KeyboardInterrupt) as e:  # the run stops; the folder keeps what it has, without summary.json
         if isinstance(e, KeyboardInterrupt):
             msg = "interrupted (Ctrl-C)."
@@ -473,8 +478,6 @@ def run(cfg: RunConfig, quiet: bool = False, resume: bool = False,
     finally:
         if progress:
             progress.close()
-    plot_curves([out], out / "curves", f"{cfg.run_name}: accuracy over rounds", formats=("png",))
-    summary = recorder.finish(images={"curves": out / "curves.png"}, peak_memory=memory)
     shutil.rmtree(ckpt_dir, ignore_errors=True)  # a complete run needs no resume (and a sweep's would fill disks)
     return summary
 
