@@ -207,10 +207,22 @@ ADDRESS_HELP = ("Ray: the running cluster to join, host:port of its head or auto
                 "machine); default RAY_ADDRESS, else a Ray cluster of the run's own, whatever other clusters run here")
 
 
-def check_ray_address(address: str | None, named: str) -> None:
-    """Fail fast (5 s) when the address of a cluster to join (`named`: how the user gave it) does not answer."""
-    if not address or address in ("auto", "local"):
-        return
+def check_ray_address(address: str | None, named: str) -> str | None:
+    """The host:port of the cluster to join (`named`: how the user gave it; auto: the head `ray start` last started
+    on this machine, as Ray's own `find_bootstrap_address` reads it from ray_current_cluster, never another cluster
+    found running), None for none; fails fast (5 s) when it does not answer."""
+    if not address or address == "local":
+        return None
+    if address == "auto":
+        from ray._common.utils import get_ray_address_file
+        from ray._private.services import find_bootstrap_address
+
+        pointer, address = get_ray_address_file(None), find_bootstrap_address(None)
+        if not address:
+            raise RunError(f"{named}: no Ray cluster was started with `ray start` on this machine ({pointer} is "
+                           "absent); start one with `ray start --head`, give its host:port, or give none to start a "
+                           "Ray cluster of this run's own.")
+        named = f"{named} (the head {pointer} names, {address})"
     url = urlparse(address if "://" in address else f"tcp://{address}")
     host, port = url.hostname, url.port
     if not host or not port:
@@ -223,6 +235,7 @@ def check_ray_address(address: str | None, named: str) -> None:
             f"{named} is unreachable ({e.strerror or e}). Start the head with `ray start --head`, fix the address, "
             "or give none (no --address, RAY_ADDRESS unset) to start a Ray cluster of this run's own."
         ) from None
+    return address
 
 
 def check_device(cfg: RunConfig) -> None:
@@ -323,7 +336,7 @@ def init_ray(cfg: RunConfig, address: str | None = None):
 
 def join_ray(ray, address: str, named: str) -> None:
     """Join the running cluster at `address` and say which it is (GCS address, dashboard, resources)."""
-    check_ray_address(address, named)
+    address = check_ray_address(address, named)
     token = (f"the Ray cluster at {address} needs its token and this driver has none or a wrong one; set "
              "RAY_AUTH_MODE=token and give the cluster's token with RAY_AUTH_TOKEN_PATH=<file> (or RAY_AUTH_TOKEN).")
     try:
