@@ -13,10 +13,9 @@ from __future__ import annotations
 import hashlib
 import io
 import json
-import os
 from pathlib import Path
 
-from benchmark.results import LATER_KEYS, replacing, with_later_hparams, without_moot
+from benchmark.results import LATER_KEYS, atomic_write, in_memory, with_later_hparams, without_moot
 
 MAGIC = b"FEDPROTO-BENCH-CKPT-1\n"
 KEEP = 2
@@ -37,16 +36,9 @@ def save(ckpt_dir: Path, round_idx: int, obj: dict) -> Path:
 
     ckpt_dir = Path(ckpt_dir)
     ckpt_dir.mkdir(parents=True, exist_ok=True)
-    buf = io.BytesIO()
-    torch.save(obj, buf)
-    body = buf.getbuffer()
+    body = in_memory(lambda f: torch.save(obj, f))
     path = checkpoint_path(ckpt_dir, round_idx)
-    with replacing(path) as tmp, open(tmp, "wb") as f:  # a failed write leaves the folder as it was (WriteError)
-        f.write(MAGIC)
-        f.write(hashlib.sha256(body).digest())
-        f.write(body)
-        f.flush()
-        os.fsync(f.fileno())
+    atomic_write(path, MAGIC, hashlib.sha256(body).digest(), body)  # a failed write leaves the folder as it was
     for old in listing(ckpt_dir)[KEEP:]:
         old.unlink(missing_ok=True)
     return path

@@ -23,7 +23,7 @@ from benchmark import paper
 from benchmark.data import DATASETS, domain_test_set, load_domain, resolve_data_root
 from benchmark.fewshot import SHOTS
 from benchmark.protocols import DATASET_SPECS
-from benchmark.results import FEATURES_FILE, LATER_HPARAMS, MODEL_FILE, read_jsonl, replacing
+from benchmark.results import FEATURES_FILE, LATER_HPARAMS, MODEL_FILE, atomic_write, in_memory, read_jsonl
 
 FORMATS = ("png", "svg")
 # byte-stable files: an SVG carries no date and hashes its ids with a fixed salt (matplotlib's default salt is
@@ -53,8 +53,9 @@ def _save(fig: Figure, stem: Path, formats=FORMATS) -> list[Path]:
     paths = []
     for fmt in formats:
         path = stem.with_name(f"{stem.name}.{fmt}")
-        with replacing(path) as tmp, matplotlib.rc_context({"svg.hashsalt": SVG_SALT}):  # never half written
-            fig.savefig(tmp, format=fmt, dpi=100, bbox_inches="tight", metadata=SAVE_METADATA.get(fmt))
+        with matplotlib.rc_context({"svg.hashsalt": SVG_SALT}):
+            atomic_write(path, in_memory(lambda f: fig.savefig(f, format=fmt, dpi=100, bbox_inches="tight",
+                                                               metadata=SAVE_METADATA.get(fmt))))
         paths.append(path)
     return paths
 

@@ -3,9 +3,10 @@ metrics.jsonl also gzipped (metrics.jsonl.gz), the form the repository commits."
 from __future__ import annotations
 
 import gzip
+import io
 import json
 import os
-from contextlib import contextmanager, suppress
+from contextlib import suppress
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -22,21 +23,27 @@ FEATURES_FILE = "features.npz"
 # size; the GPU machine receives the checkout, tracked files and all, 64 MiB a call), and what `read_jsonl` reads
 # where the plain file is absent (a fresh clone). The plain file is the running log.
 METRICS_ARCHIVE = "metrics.jsonl.gz"
+TEMP_FILES = ".*.tmp*"  # (a glob) the temp files of `atomic_write`, `.<name>.tmp<pid>`
 
 
 class WriteError(RuntimeError):
     """A file could not be written (a full disk, a file-size limit, ...); the message names it and what to do."""
 
 
-@contextmanager
-def replacing(path: Path, suffix: str = ""):
-    """Yields a temp file beside `path` (ending in `suffix`) to write `path`'s new content to; renamed over `path`
-    once the block ends. When the block fails the temp file is removed, so `path` and its folder are left as they
-    were, and a failed write (OSError: no space left, file too large, ...) is raised as WriteError naming `path`."""
+def atomic_write(path: Path, *content: str | bytes | memoryview) -> None:
+    """The one way a file of a run is written: `content` (text, or bytes, in parts) to a temp file beside `path`,
+    fsynced, then renamed over `path`. When the write fails the temp file is removed, so `path` and its folder are
+    left as they were, and the failure (OSError: no space left, file too large, ...) is raised as WriteError naming
+    `path`. A file another library makes (torch.save, np.savez_compressed, savefig) is made in memory first
+    (`in_memory`), so that this write is the only one that touches the disk."""
     path = Path(path)
-    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}{suffix}")
+    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
     try:
-        yield tmp
+        with open(tmp, "w" if isinstance(content[0], str) else "wb") as f:
+            for part in content:
+                f.write(part)
+            f.flush()
+            os.fsync(f.fileno())
         os.replace(tmp, path)
     except BaseException as e:
         tmp.unlink(missing_ok=True)
@@ -47,12 +54,11 @@ def replacing(path: Path, suffix: str = ""):
         raise
 
 
-def atomic_write(path: Path, content: str | bytes) -> None:
-    """Write `content` (text, or bytes) to a temp file beside `path`, fsync it, then rename over `path`."""
-    with replacing(path) as tmp, open(tmp, "wb" if isinstance(content, bytes) else "w") as f:
-        f.write(content)
-        f.flush()
-        os.fsync(f.fileno())
+def in_memory(save) -> memoryview:
+    """The bytes `save(file)` writes to a file object (`lambda f: torch.save(state, f)`), for `atomic_write`."""
+    buf = io.BytesIO()
+    save(buf)
+    return buf.getbuffer()
 
 
 def read_jsonl(path: Path) -> list[dict]:
@@ -281,16 +287,12 @@ class Recorder:
         """model.pt: the final global model's state_dict (float16), written atomically."""
         import torch
 
-        with replacing(self.out / MODEL_FILE) as tmp:
-            torch.save(state, tmp)
+        atomic_write(self.out / MODEL_FILE, in_memory(lambda f: torch.save(state, f)))
 
     def save_features(self, arrays: dict) -> None:
         """features.npz (FEATURES_FILE): the final test features and prototypes (`Driver.final_features`), written
         atomically."""
-        import numpy as np
-
-        with replacing(self.out / FEATURES_FILE, suffix=".npz") as tmp:  # (numpy adds .npz to a name without it)
-            np.savez_compressed(tmp, **arrays)
+        atomic_write(self.out / FEATURES_FILE, in_memory(lambda f: np.savez_compressed(f, **arrays)))
 
     def finish(self, images: dict[str, Path] | None = None, peak_memory: dict | None = None) -> dict:
         """summary.json (with the processes' `peak_memory` when given); the W&B run gets the tables, `images`

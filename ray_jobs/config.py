@@ -96,7 +96,7 @@ class RunConfig:
     device: str = "auto"  # auto: cuda when the process sees a GPU
     spread: bool = False  # Ray: client actors placed with the SPREAD strategy, over as many nodes as possible
     actor_restarts: int = 3  # restarts of one client actor in a run before the run stops (docs/reliability.md)
-    checkpoint_every: int = 1  # rounds between the run folder's checkpoints (docs/reliability.md)
+    checkpoint_every: int = 1  # rounds between the run folder's checkpoints, 0 none (docs/reliability.md)
     engine: str = "auto"  # client training: sequential | fused | auto (sequential on CPU and under DP-SGD, fused on
                           # CUDA)
     # 32-true | bf16-mixed (autocast for training and evaluation) | auto (`auto_precision` for this machine: the run
@@ -213,8 +213,8 @@ class RunConfig:
             raise ConfigError(f"num-actors must be at least 1 (got {self.num_actors}).")
         if self.actor_restarts < 0:
             raise ConfigError(f"actor-restarts must be 0 or more (got {self.actor_restarts}).")
-        if self.checkpoint_every < 1:
-            raise ConfigError(f"checkpoint-every must be at least 1 (got {self.checkpoint_every}).")
+        if self.checkpoint_every < 0:
+            raise ConfigError(f"checkpoint-every must be 0 (no checkpoint) or more (got {self.checkpoint_every}).")
         if self.seed < 0:
             raise ConfigError(f"seed must be 0 or more (got {self.seed}).")
         for name in ("cpus_per_actor", "gpus_per_actor", "driver_cpus", "driver_gpus"):

@@ -27,7 +27,7 @@ from benchmark.figures import plot_curves
 from benchmark.partition import plan_clients
 from benchmark.protocols import AUTO_PRECISION, DATASET_SPECS, PRESETS, ConfigError, client_share, splits_of
 from benchmark.provenance import run_provenance
-from benchmark.results import Recorder, WriteError, protocol
+from benchmark.results import TEMP_FILES, Recorder, WriteError, protocol
 from lightning_modules.privacy import model_options
 from lightning_modules.registry import METHODS, HyperparameterError
 from ray_jobs.cli import OneLineParser
@@ -170,7 +170,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="restarts of one client actor (process killed, out of memory) before the run stops")
     p.add_argument("--checkpoint-every", type=int, default=d["checkpoint_every"].default,
                    help="write the run folder's checkpoint every N rounds (and after the last); a resume redoes "
-                        "at most N-1 rounds. MOON's and FedDyn's checkpoints hold a model per client")
+                        "at most N-1 rounds; 0: none, a stopped run starts again from round 0. MOON's and FedDyn's "
+                        "checkpoints hold a model per client")
     return p
 
 
@@ -208,10 +209,22 @@ ADDRESS_HELP = ("Ray: the running cluster to join, host:port of its head or auto
                 "machine); default RAY_ADDRESS, else a Ray cluster of the run's own, whatever other clusters run here")
 
 
-def check_ray_address(address: str | None, named: str) -> None:
-    """Fail fast (5 s) when the address of a cluster to join (`named`: how the user gave it) does not answer."""
-    if not address or address in ("auto", "local"):
-        return
+def check_ray_address(address: str | None, named: str) -> str | None:
+    """The host:port of the cluster to join (`named`: how the user gave it; auto: the head `ray start` last started
+    on this machine, as Ray's own `find_bootstrap_address` reads it from ray_current_cluster, never another cluster
+    found running), None for none; fails fast (5 s) when it does not answer."""
+    if not address or address == "local":
+        return None
+    if address == "auto":
+        from ray._common.utils import get_ray_address_file
+        from ray._private.services import find_bootstrap_address
+
+        pointer, address = get_ray_address_file(None), find_bootstrap_address(None)
+        if not address:
+            raise RunError(f"{named}: no Ray cluster was started with `ray start` on this machine ({pointer} is "
+                           "absent); start one with `ray start --head`, give its host:port, or give none to start a "
+                           "Ray cluster of this run's own.")
+        named = f"{named} (the head {pointer} names, {address})"
     url = urlparse(address if "://" in address else f"tcp://{address}")
     host, port = url.hostname, url.port
     if not host or not port:
@@ -224,6 +237,7 @@ def check_ray_address(address: str | None, named: str) -> None:
             f"{named} is unreachable ({e.strerror or e}). Start the head with `ray start --head`, fix the address, "
             "or give none (no --address, RAY_ADDRESS unset) to start a Ray cluster of this run's own."
         ) from None
+    return address
 
 
 def check_device(cfg: RunConfig) -> None:
@@ -324,7 +338,7 @@ def init_ray(cfg: RunConfig, address: str | None = None):
 
 def join_ray(ray, address: str, named: str) -> None:
     """Join the running cluster at `address` and say which it is (GCS address, dashboard, resources)."""
-    check_ray_address(address, named)
+    address = check_ray_address(address, named)
     token = (f"the Ray cluster at {address} needs its token and this driver has none or a wrong one; set "
              "RAY_AUTH_MODE=token and give the cluster's token with RAY_AUTH_TOKEN_PATH=<file> (or RAY_AUTH_TOKEN).")
     try:
@@ -378,9 +392,9 @@ def run(cfg: RunConfig, quiet: bool = False, resume: bool = False,
     round's metrics.jsonl record once it is logged (a sweep's progress). `address`: the Ray cluster to join
     (`init_ray`; default RAY_ADDRESS, else a cluster of the run's own).
 
-    Every `checkpoint_every` rounds the run folder gets a checkpoint (`benchmark.checkpoint`); with `resume` the run
-    continues from the newest readable one (a fresh start, said so, when there is none). `resume_hint`
-    is how to resume, for the messages of a run that stopped."""
+    Every `checkpoint_every` rounds (never when 0) the run folder gets a checkpoint (`benchmark.checkpoint`); with
+    `resume` the run continues from the newest readable one (a fresh start, said so, when there is none).
+    `resume_hint` is how to resume, for the messages of a run that stopped."""
     check_device(cfg)
     root = resolve_data_root(cfg.data_root)
     checksums = check_domains_present(root, cfg.dataset, cfg.domains)
@@ -393,6 +407,8 @@ def run(cfg: RunConfig, quiet: bool = False, resume: bool = False,
     out = run_folder(cfg)
     check_writable(out)
     ckpt_dir = out / checkpoint.DIR
+    for stale in [*out.glob(TEMP_FILES), *ckpt_dir.glob(TEMP_FILES)]:  # of a write that a kill interrupted
+        stale.unlink(missing_ok=True)
     start = None
     if resume:
         start = checkpoint.load_latest(ckpt_dir, protocol(cfg))
@@ -440,7 +456,7 @@ def run(cfg: RunConfig, quiet: bool = False, resume: bool = False,
             for note in rec.pop("notes"):
                 print(f"note: round {r}: {note}", flush=True)
             recorder.log_round(rec)
-            if (r + 1) % cfg.checkpoint_every == 0 or r == cfg.rounds - 1:
+            if cfg.checkpoint_every and ((r + 1) % cfg.checkpoint_every == 0 or r == cfg.rounds - 1):
                 checkpoint.save(ckpt_dir, r, {"protocol": protocol(cfg), "round": r, "driver": call("checkpoint"),
                                               "metrics": recorder.rounds})
             if progress:
@@ -454,6 +470,8 @@ def run(cfg: RunConfig, quiet: bool = False, resume: bool = False,
         if features is not None:  # per-client test samples (FedProto's protocol): its Figure 2's t-SNE reads them
             recorder.save_features(features)
         memory = call("peak_memory")
+        plot_curves([out], out / "curves", f"{cfg.run_name}: accuracy over rounds", formats=("png",))
+        summary = recorder.finish(images={"curves": out / "curves.png"}, peak_memory=memory)
     except (Exception, KeyboardInterrupt) as e:  # the run stops; the folder keeps what it has, without summary.json
         if isinstance(e, KeyboardInterrupt):
             msg = "interrupted (Ctrl-C)."
@@ -476,8 +494,6 @@ def run(cfg: RunConfig, quiet: bool = False, resume: bool = False,
     finally:
         if progress:
             progress.close()
-    plot_curves([out], out / "curves", f"{cfg.run_name}: accuracy over rounds", formats=("png",))
-    summary = recorder.finish(images={"curves": out / "curves.png"}, peak_memory=memory)
     shutil.rmtree(ckpt_dir, ignore_errors=True)  # a complete run needs no resume (and a sweep's would fill disks)
     return summary
 

@@ -367,7 +367,7 @@ def main(argv: list[str] | None = None) -> int:
                     help="the share of the clients that train in each round of every run (default: each preset's, "
                          "1 for the papers'); part of each run's protocol and of its folder's name")
     ap.add_argument("--checkpoint-every", type=int, default=1,
-                    help="rounds between each run's checkpoints (a resume redoes at most N-1 rounds)")
+                    help="rounds between each run's checkpoints (a resume redoes at most N-1 rounds; 0: none)")
     ap.add_argument("--actor-restarts", type=int, default=3,
                     help="restarts of one client actor before its run stops; 0: a run's actors send their clients' "
                          "states only for its checkpoints, not every round (docs/reliability.md)")

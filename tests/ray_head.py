@@ -40,10 +40,11 @@ def free_ports(n: int) -> list[int]:
 
 
 @contextlib.contextmanager
-def ray_head(tmp: Path, num_cpus: int = 3):
-    """The head, up (`ray start` has named it the current cluster and its Jobs API answers): address (the
-    dashboard's URL), gcs (host:port), token, tmpdir (RAY_TMPDIR), no_auth (an environment without Ray's address
-    or token) and env (no_auth with the token, as the head's own)."""
+def ray_head(tmp: Path, num_cpus: int = 3, dashboard: bool = True):
+    """The head, up (`ray start` has named it the current cluster and, with its `dashboard`, its Jobs API answers):
+    address (the dashboard's URL), gcs (host:port), token, tmpdir (RAY_TMPDIR), no_auth (an environment without
+    Ray's address or token), env (no_auth with the token, as the head's own) and pgid (its process group: the
+    head's processes, every one)."""
     temp = Path(tempfile.mkdtemp(prefix="rh", dir="/tmp"))  # AF_UNIX socket paths must stay short
     token_path = tmp / "token"
     token = write_token(token_path)
@@ -60,7 +61,8 @@ def ray_head(tmp: Path, num_cpus: int = 3):
         for attempt in (1, 2):
             ports = dict(zip(PORTS, free_ports(len(PORTS))))
             cmd = [str(BIN / "ray"), "start", "--head", "--block", "--node-ip-address=127.0.0.1",
-                   f"--num-cpus={num_cpus}", "--num-gpus=0", "--include-dashboard=true", "--dashboard-host=127.0.0.1",
+                   f"--num-cpus={num_cpus}", "--num-gpus=0", f"--include-dashboard={str(dashboard).lower()}",
+                   "--dashboard-host=127.0.0.1",
                    "--min-worker-port=0", "--max-worker-port=0", *[f"--{k}={v}" for k, v in ports.items()]]
             log_path = tmp / f"head{attempt}.log"
             log = open(log_path, "w")
@@ -68,9 +70,9 @@ def ray_head(tmp: Path, num_cpus: int = 3):
             address = f"http://127.0.0.1:{ports['dashboard-port']}"
             deadline, up = time.time() + 120, False
             while time.time() < deadline and proc.poll() is None and not up:  # (`ray start` names it last)
-                up = (temp / "ray" / "ray_current_cluster").exists() and subprocess.run(
+                up = (temp / "ray" / "ray_current_cluster").exists() and (not dashboard or subprocess.run(
                     [str(BIN / "ray"), "job", "list", "--address", address], env=env, capture_output=True,
-                    timeout=60).returncode == 0
+                    timeout=60).returncode == 0)
                 time.sleep(0 if up else 2)
             if up and proc.poll() is None:
                 break
@@ -80,7 +82,7 @@ def ray_head(tmp: Path, num_cpus: int = 3):
             if attempt == 2 or not exited:
                 pytest.fail("the Ray head did not come up:\n" + log_path.read_text()[-3000:])
         yield SimpleNamespace(address=address, gcs=f"127.0.0.1:{ports['port']}", token=token, tmpdir=temp,
-                              no_auth=no_auth, env=env)
+                              no_auth=no_auth, env=env, pgid=proc.pid)
     finally:
         if proc is not None:
             stop(proc)

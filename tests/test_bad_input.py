@@ -218,7 +218,7 @@ def test_split_asks_more_than_the_domain_has(capsys, tmp_path, data_root, monkey
     (["--client-fraction", "1.5"], "client fraction must be in (0, 1] (got 1.5)."),
     (["--eval-max", "0"], "eval-max must be at least 1 (got 0)."),
     (["--num-actors", "0"], "num-actors must be at least 1 (got 0)."),
-    (["--checkpoint-every", "0"], "checkpoint-every must be at least 1 (got 0)."),
+    (["--checkpoint-every", "-1"], "checkpoint-every must be 0 (no checkpoint) or more (got -1)."),
     (["--hp", "tau"], "--hp takes name=value (got 'tau')."),
     (["--hp", "mu=0.5"], "unknown hyperparameter(s) 'mu' for fpl; choose one of: cpcl, cpcl_protos, lambda, tau, "
                          "upcr"),

@@ -10,6 +10,7 @@ import time
 from collections import Counter
 from pathlib import Path
 
+import pytest
 import tool_script
 
 from benchmark import checkpoint
@@ -76,25 +77,30 @@ def test_what_a_killed_sweep_leaves_is_named_from_its_command_line(tmp_path):
         "resource tracker"
 
 
+def run_folder(results: Path, loss: float) -> Path:
+    """A stand-in sweep's one complete run (its train loss `loss`)."""
+    run = results / "runs" / "feddyn-seed0"
+    run.mkdir(parents=True)
+    (run / "metrics.jsonl").write_text(json.dumps({"round": 0, "accuracy": {"AVG": 50.0}, "client_loss": 1.0,
+                                                   "train_loss": loss}) + "\n")
+    (run / "summary.json").write_text(json.dumps({"final": {"AVG": 50.0}, "wall_time_s": 1.0,
+                                                  "finished_utc": "x", "peak_memory": {}}))
+    return run
+
+
+def undisturbed(args, executor, results, runs):
+    """A stand-in for the undisturbed sweep: its run, a 60 s sweep of 30 s runs."""
+    run_folder(results, 2.0)
+    (results / "sweep.log").write_text("")
+    return 60.0, 30.0
+
+
 def test_passes_go_on_from_empty_folders_until_the_kills_asked_for_are_made(data_root, tmp_path, monkeypatch, capsys):
     """Runs that complete before the kills asked for start another pass from empty folders: 3 kills over local and
     Ray, each pass of the (stand-in) sweeps under fire making one kill: local's share 2 (two passes), Ray's 1 (one);
     every pass's runs compared with the undisturbed sweep's, its resumes read from its logs, the time lost counted
     against an undisturbed sweep per pass. Only the sweeps are stood in for (their timing decides the kills); the
     test above runs them."""
-    def run_folder(results: Path, loss: float) -> None:
-        run = results / "runs" / "feddyn-seed0"
-        run.mkdir(parents=True)
-        (run / "metrics.jsonl").write_text(json.dumps({"round": 0, "accuracy": {"AVG": 50.0}, "client_loss": 1.0,
-                                                       "train_loss": loss}) + "\n")
-        (run / "summary.json").write_text(json.dumps({"final": {"AVG": 50.0}, "wall_time_s": 1.0,
-                                                      "finished_utc": "x", "peak_memory": {}}))
-
-    def undisturbed(args, executor, results, runs):
-        run_folder(results, 2.0)
-        (results / "sweep.log").write_text("")
-        return 60.0, 30.0
-
     asked = []
 
     def under_fire(args, executor, results, runs, kills, span, rng):
@@ -118,3 +124,39 @@ def test_passes_go_on_from_empty_folders_until_the_kills_asked_for_are_made(data
     assert "processes left by killed sweeps (SIGKILLed after 30 s): 3 (sweep worker 3)" in said
     assert "lost 2 min 0 s" in said  # 300 s under fire, 3 passes of a 60 s undisturbed sweep
     assert code == 1  # a run differs
+
+
+@pytest.mark.parametrize("fault", [None, "half-written", "temporary file"])
+def test_a_file_seen_half_written_after_a_kill_or_a_temporary_file_left_fails_the_campaign(
+        data_root, tmp_path, monkeypatch, capsys, fault):
+    """Every run identical and whole at the end, the kill asked for made: exit code 0, unless a file did not read
+    back right after a kill (a summary.json cut short, read by `half_written` then, whole again by the end) or a
+    temporary file of an interrupted write is left in a run folder; either is named and the exit code is 1. Only the
+    sweeps are stood in for, as above."""
+    def under_fire(args, executor, results, runs, kills, span, rng):
+        run = run_folder(results, 2.0)
+        (results / "sweep.log").write_text("")
+        seen = []
+        if fault == "half-written":
+            whole = (run / "summary.json").read_text()
+            (run / "summary.json").write_text('{"final": ')
+            seen = chaos.half_written(results)
+            (run / "summary.json").write_text(whole)
+        if fault == "temporary file":
+            (run / ".metrics.jsonl.tmp4321").write_text('{"round": 0, "accu')
+        return {"kills": Counter({"sweep": kills}), "starts": 2, "seconds": 100.0, "seen": seen,
+                "leftovers": Counter()}
+
+    monkeypatch.setattr(chaos, "undisturbed", undisturbed)
+    monkeypatch.setattr(chaos, "under_fire", under_fire)
+    code = chaos.main(["--out", str(tmp_path / "c"), "--kills", "1", "--methods", "feddyn", "--seeds", "0",
+                       "--executors", "local", "--data-root", str(data_root)])
+    said = capsys.readouterr().out
+    assert "kills: 1 (sweep 1)" in said and "runs identical to the undisturbed sweep's (metrics.jsonl, summary.json; " \
+        "timings aside): 1 of 1" in said
+    seen = (" ['runs/feddyn-seed0/summary.json: Expecting value: line 1 column 11 (char 10)']"
+            if fault == "half-written" else "")
+    temp = " ['chaos-local/runs/feddyn-seed0/.metrics.jsonl.tmp4321']" if fault == "temporary file" else ""
+    assert (f"files left half-written: 0; seen right after a kill: {len(seen) and 1}{seen}; temporary files of "
+            f"interrupted writes left: {len(temp) and 1}{temp}\n") in said
+    assert code == (1 if fault else 0)

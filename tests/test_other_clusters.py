@@ -7,9 +7,11 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -87,3 +89,47 @@ def test_a_run_and_a_sweep_without_address_finish_on_a_cluster_of_their_own(head
     (swept,) = (tmp_path / "sweep" / "runs").iterdir()
     for out in (tmp_path / "run", swept):
         assert complete(out) and nodes(out).isdisjoint(on_head)  # not on the head: on a cluster of its own
+
+
+def test_address_auto_after_the_head_was_sigkilled_stops_in_one_line(data_root, tmp_path, monkeypatch):
+    """A head `ray start` started, then SIGKILLed (all its processes: its group), leaves its ray_current_cluster
+    behind (under its own RAY_TMPDIR here; /tmp/ray's on a machine). `--address auto` reads it as Ray does and finds
+    that nothing answers there: one error line naming the file and the address, exit code 2, no run folder; without
+    any such file, one line saying no cluster was started. (Every other Ray on the machine is left alone.)"""
+    from ray_jobs.run import RunError, check_ray_address
+
+    with ray_head(tmp_path, num_cpus=1, dashboard=False) as h:
+        pointer = h.tmpdir / "ray" / "ray_current_cluster"
+        recorded = pointer.read_text().strip()  # the head's GCS, on the machine's address
+        assert recorded.split(":")[1] == h.gcs.split(":")[1]
+        with monkeypatch.context() as m:  # (this process's own Ray, if any, never sees it)
+            m.setenv("RAY_TMPDIR", str(h.tmpdir))
+            assert check_ray_address("auto", "--address auto") == recorded  # alive: auto is that head
+        os.killpg(h.pgid, signal.SIGKILL)
+        for _ in range(300):  # its GCS server's socket closes once its process is gone
+            try:
+                socket.create_connection(("127.0.0.1", int(h.gcs.split(":")[1])), timeout=5).close()
+            except OSError:
+                break
+            time.sleep(0.1)
+        else:
+            pytest.fail(f"the head's GCS at {h.gcs} still answers 30 s after its SIGKILL")
+        assert pointer.read_text().strip() == recorded  # left behind
+        out = tmp_path / "run"
+        # (before 2026-12-01 it waited on Ray's reconnection to the dead head: still there after 600 s)
+        res = subprocess.run([sys.executable, "-m", "ray_jobs.run", *RUN, "--address", "auto", "--data-root",
+                              str(data_root), "--out", str(out)], cwd=PROJECT, capture_output=True, text=True,
+                             env={**h.env, "PYTHONPATH": str(PROJECT), "WANDB_MODE": "disabled"}, timeout=180)
+        assert res.returncode == 2, res.stderr[-3000:]
+        assert res.stderr == (f"error: --address auto (the head {pointer} names, {recorded}) is unreachable "
+                              "(Connection refused). Start the head with `ray start --head`, fix the address, or give "
+                              "none (no --address, RAY_ADDRESS unset) to start a Ray cluster of this run's own.\n")
+        assert not out.exists()
+
+    with monkeypatch.context() as m, pytest.raises(RunError) as e:
+        m.setenv("RAY_TMPDIR", str(tmp_path / "home"))  # no `ray start` there
+        check_ray_address("auto", "RAY_ADDRESS=auto")
+    assert str(e.value) == ("RAY_ADDRESS=auto: no Ray cluster was started with `ray start` on this machine "
+                            f"({tmp_path / 'home' / 'ray' / 'ray_current_cluster'} is absent); start one with "
+                            "`ray start --head`, give its host:port, or give none to start a Ray cluster of this run's "
+                            "own.")

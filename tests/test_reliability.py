@@ -162,6 +162,17 @@ def stopped_after_round_0(data_root, tmp_path_factory):
     return out
 
 
+def limited(limit: int):
+    """A child's file-size limit (RLIMIT_FSIZE): a write past `limit` bytes fails with EFBIG, as a full disk's with
+    ENOSPC (Python ignores SIGXFSZ, which would kill the process instead)."""
+    return lambda: resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
+
+
+def cannot_write(path: Path) -> str:
+    return (f"cannot write {path} (File too large); free space on its disk (or lift the file-size limit, `ulimit -f`), "
+            "or write elsewhere (a run: --out; a sweep: --results-dir).")
+
+
 def contents(folder: Path) -> dict[str, bytes]:
     return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
 
@@ -180,14 +191,13 @@ def test_a_failed_write_names_the_file_leaves_the_folder_and_the_resume_gives_th
     argv = [*FLAGS, "--executor", "local", "--data-root", str(data_root), "--out", str(out), "--resume"]
     proc = subprocess.run([sys.executable, "-m", "ray_jobs.run", *argv], cwd=PROJECT, capture_output=True, text=True,
                           env={**os.environ, "PYTHONPATH": str(PROJECT), "WANDB_MODE": "disabled"}, timeout=600,
-                          preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit)))
+                          preexec_fn=limited(limit))
     assert proc.returncode == 2, proc.stderr[-3000:]
     errors = [line for line in proc.stderr.splitlines() if line.startswith("error:")]
     assert errors == proc.stderr.strip().splitlines(), proc.stderr[-3000:]  # one line, no traceback
-    assert errors[0].startswith(f"error: cannot write {checkpoint.checkpoint_path(out / checkpoint.DIR, 1)} (File "
-                                "too large); free space on its disk (or lift the file-size limit, `ulimit -f`), or "
-                                "write elsewhere (a run: --out; a sweep: --results-dir). The run folder keeps its "
-                                "rounds up to 0 (checkpoint); to continue, run: python -m ray_jobs.run")
+    assert errors[0].startswith(f"error: {cannot_write(checkpoint.checkpoint_path(out / checkpoint.DIR, 1))} The "
+                                "run folder keeps its rounds up to 0 (checkpoint); to continue, run: python -m "
+                                "ray_jobs.run")
     after = contents(out)
     assert sorted(after) == sorted(before)  # no temp file left, nothing of round 1's checkpoint
     assert after[str(kept.relative_to(out))] == before[str(kept.relative_to(out))]
@@ -196,6 +206,76 @@ def test_a_failed_write_names_the_file_leaves_the_folder_and_the_resume_gives_th
     run(config(data_root, out, executor="local"), quiet=True, resume=True)
     assert metrics(out) == metrics(reference)
     assert summary(out) == summary(reference)
+
+
+def test_a_failed_write_of_the_final_model_names_it_and_keeps_what_was_written(data_root, tmp_path):
+    """Checkpoints off (--checkpoint-every 0), a file-size limit of 1 MiB: config.json and metrics.jsonl (a few kB)
+    are written, the final model (float16 ResNet-10, about 10 MB) is not. One error line names model.pt, exit code 2;
+    the folder keeps config.json and the round's record, error.txt says why, no checkpoint and no temp file (neither
+    its own nor one an earlier run left, killed mid-write)."""
+    out = tmp_path / "run"
+    out.mkdir()
+    (out / ".model.pt.tmp999").write_bytes(b"half a model")
+    argv = [*FLAGS, "--rounds", "1", "--executor", "local", "--checkpoint-every", "0", "--data-root", str(data_root),
+            "--out", str(out)]
+    proc = subprocess.run([sys.executable, "-m", "ray_jobs.run", *argv], cwd=PROJECT, capture_output=True, text=True,
+                          env={**os.environ, "PYTHONPATH": str(PROJECT), "WANDB_MODE": "disabled"}, timeout=600,
+                          preexec_fn=limited(2 ** 20))
+    assert proc.returncode == 2, proc.stderr[-3000:]
+    assert proc.stderr == f"error: {cannot_write(out / 'model.pt')}\n"
+    assert sorted(p.name for p in out.iterdir()) == ["config.json", "error.txt", "metrics.jsonl"]
+    assert (out / "error.txt").read_text() == cannot_write(out / "model.pt") + "\n"
+    cfg = json.loads((out / "config.json").read_text())
+    assert (cfg["method"], cfg["rounds"], cfg["checkpoint_every"]) == ("feddyn", 1, 0)
+    (record,) = read_jsonl(out / "metrics.jsonl")
+    assert record["round"] == 0 and set(record["accuracy"]) == {"webcam", "dslr", "AVG"}
+
+
+WRITERS = """
+import json, signal, resource, sys
+from pathlib import Path
+import numpy as np, torch
+from benchmark import checkpoint
+from benchmark.figures import plot_curves
+from benchmark.results import FEATURES_FILE, MODEL_FILE, Recorder, WriteError
+
+signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # (Python's default too)
+out = Path(sys.argv[1])
+recorder = Recorder(out, {"run_name": "r", "method": "fedavg", "dataset": "office_caltech", "seed": 0}, [], {})
+recorder.log_round({"round": 0, "accuracy": {"AVG": 50.0}})
+for name in (MODEL_FILE, FEATURES_FILE, "curves.png", "checkpoints/round_0000.pt"):  # what an earlier run wrote
+    (out / name).parent.mkdir(exist_ok=True)
+    (out / name).write_text(f"old {name}")
+resource.setrlimit(resource.RLIMIT_FSIZE, (4096, 4096))
+big = torch.rand(10_000, generator=torch.Generator().manual_seed(0))  # 40 kB, incompressible
+said = []
+for write in (lambda: recorder.save_model({"w": big}), lambda: recorder.save_features({"z": big.numpy()}),
+              lambda: plot_curves([out], out / "curves", formats=("png",)),
+              lambda: checkpoint.save(out / "checkpoints", 1, {"w": big}),
+              lambda: recorder.log_round({"round": 1, "accuracy": {"AVG": 60.0}, "notes": "x" * 5000})):
+    try:
+        write()
+    except WriteError as e:
+        said.append(str(e))
+print(json.dumps(said))
+"""
+
+
+def test_every_writer_of_a_run_fails_in_one_error_naming_its_file_and_leaves_the_folder(tmp_path):
+    """Each file a run writes (model.pt, features.npz, the curves, a checkpoint, metrics.jsonl) past a file-size limit
+    of 4 kB (set in a child process after the run folder was started): WriteError naming the file, the earlier
+    version of every file as it was, no temp file."""
+    out = tmp_path / "run"
+    proc = subprocess.run([sys.executable, "-c", WRITERS, str(out)], cwd=PROJECT, capture_output=True, text=True,
+                          env={**os.environ, "PYTHONPATH": str(PROJECT), "WANDB_MODE": "disabled"}, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    names = ["model.pt", "features.npz", "curves.png", "checkpoints/round_0001.pt", "metrics.jsonl"]
+    assert json.loads(proc.stdout) == [cannot_write(out / name) for name in names]
+    assert contents(out) == {**{name: f"old {name}".encode() for name in
+                                ["model.pt", "features.npz", "curves.png", "checkpoints/round_0000.pt"]},
+                             "config.json": (out / "config.json").read_bytes(),
+                             "metrics.jsonl": b'{"round": 0, "accuracy": {"AVG": 50.0}}\n'}
+    assert json.loads((out / "config.json").read_text())["run_name"] == "r"
 
 
 def test_an_unreadable_only_checkpoint_is_refused_in_one_line_naming_it_and_what_to_do(

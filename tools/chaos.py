@@ -5,8 +5,8 @@ with Ray (2 runs at once on a Ray instance of its own), first undisturbed, then 
 started again (it resumes its runs) until every run completes; where the runs complete before the kills asked for
 were made, another pass starts from empty folders (chaos-<executor>-pass2, ...). Then every run's metrics.jsonl and
 summary.json are compared with the undisturbed sweep's (timings aside, as tests/test_reliability.py compares), every
-file is read back, and the figures printed. Exit code 0 when every run is identical, no file is half-written and the
-kills asked for were made.
+file is read back, and the figures printed. Exit code 0 when every run is identical, no file is half-written (at the
+end, or right after a kill), no temporary file of an interrupted write is left and the kills asked for were made.
 
     python tools/chaos.py --out /tmp/chaos --kills 20 --seed 0     # the campaign of docs/reliability.md
     python tools/chaos.py --out /tmp/chaos --kills 2 --methods feddyn --seeds 0 --executors local   # a short one
@@ -32,7 +32,7 @@ sys.path.insert(0, str(ROOT))
 from benchmark import checkpoint  # noqa: E402
 from benchmark.checkpoint import CheckpointError  # noqa: E402
 from benchmark.data import resolve_data_root  # noqa: E402
-from benchmark.results import computed_metrics, computed_summary, read_jsonl  # noqa: E402
+from benchmark.results import TEMP_FILES, computed_metrics, computed_summary, read_jsonl  # noqa: E402
 from ray_jobs.config import RunConfig  # noqa: E402
 
 # the smoke profile's tiny runs (ray_jobs.tables.PROFILES) on Office-Caltech-10, its 10 clients in 2 client groups
@@ -267,7 +267,7 @@ def main(argv: list[str] | None = None) -> int:
     said = {d.name: resumes(d) for ex in executors for d in folders[ex]}
     left = [f"{d.name}/{b}" for ex in executors for d in folders[ex] for b in half_written(d)]
     seen = [b for f in fire.values() for b in f["seen"]]
-    temp = sorted(str(p.relative_to(out)) for p in out.rglob(".*.tmp*"))
+    temp = sorted(str(p.relative_to(out)) for p in out.rglob(TEMP_FILES))
     lost = sum(f["seconds"] for f in fire.values()) - sum(base[ex][0] * fire[ex]["passes"] for ex in executors)
     total = runs * sum(f["passes"] for f in fire.values())
     print(f"kills: {sum(kills.values())} ({', '.join(f'{k} {n}' for k, n in sorted(kills.items()))}), moments drawn "
@@ -280,14 +280,15 @@ def main(argv: list[str] | None = None) -> int:
     print(f"runs identical to the undisturbed sweep's (metrics.jsonl, summary.json; timings aside): "
           f"{total - len(differ)} of {total}" + (f"; differ: {differ}" * bool(differ)))
     print(f"files left half-written: {len(left)}" + (f" {left}" * bool(left)) + f"; seen right after a kill: "
-          f"{len(seen)}" + (f" {seen}" * bool(seen)) + f"; temporary files of interrupted writes left: {len(temp)}")
+          f"{len(seen)}" + (f" {seen}" * bool(seen)) + f"; temporary files of interrupted writes left: {len(temp)}"
+          + (f" {temp}" * bool(temp)))
     leftovers = sum((f["leftovers"] for f in fire.values()), Counter())
     print(f"processes left by killed sweeps (SIGKILLed after 30 s): {sum(leftovers.values())}"
           + f" ({', '.join(f'{k} {n}' for k, n in sorted(leftovers.items()))})" * bool(leftovers))
     print(f"time: undisturbed {minutes(sum(b[0] for b in base.values()))} (once per pass in the time lost), under fire "
           f"{minutes(sum(f['seconds'] for f in fire.values()))}, "
           f"lost {minutes(lost)}")
-    return 0 if not differ and not left and sum(kills.values()) >= args.kills else 1
+    return 0 if not differ and not left and not seen and not temp and sum(kills.values()) >= args.kills else 1
 
 
 if __name__ == "__main__":
