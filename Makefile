@@ -27,7 +27,7 @@ TEST_WORKERS ?= 2
 export RAY_USAGE_STATS_ENABLED ?= 0
 
 TABLES := table1 table2 table3 table-fedproto table-fedplvm table-fedapc table-all
-.PHONY: setup demo test bench data $(TABLES) figures clean
+.PHONY: setup demo test test-quick bench data $(TABLES) figures clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -42,6 +42,11 @@ demo: $(STAMP)
 
 test: $(STAMP)
 	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile
+
+## the quick tier, for the inner loop: every module's tests but those marked slow (a minute or more each, or a
+## module fixture that makes runs: tests/conftest.py's slow_setup); `make test` stays the whole suite and the CI
+test-quick: $(STAMP)
+	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile -m "not slow"
 
 ## loop overhead, throughput and round phases; output saved under results/perf/
 bench: $(STAMP)

@@ -93,6 +93,19 @@ PROCESSORS = {"avx2": "avx avx2 fma", "native-bf16": "avx avx2 fma avx512f avx51
 
 
 @pytest.fixture(scope="session")
+def slow_setup():
+    """Asked for by a fixture that makes runs for a minute or more (a smoke sweep, the bench, a cluster's runs):
+    every test that uses it is marked slow (`pytest_collection_modifyitems`), as a test marked so by hand, and left
+    to the full suite (`make test`), out of the quick tier (`make test-quick`: -m "not slow")."""
+
+
+def pytest_collection_modifyitems(items):
+    for item in items:
+        if "slow_setup" in item.fixturenames:
+            item.add_marker(pytest.mark.slow)
+
+
+@pytest.fixture(scope="session")
 def data_root() -> Path:
     """The real datasets (../shared/data)."""
     try:

@@ -532,6 +532,7 @@ def test_precision_auto_picks_bf16_mixed_only_on_a_cpu_with_native_bfloat16(flag
     assert auto_precision(flags, cuda) == picked
 
 
+@pytest.mark.slow
 def test_a_run_is_32_true_unless_asked_and_auto_records_its_pick(capsys, tmp_path, data_root, monkeypatch):
     """`ray_jobs.run` without --precision: the preset's 32-true on either processor (flags given here both ways);
     with --precision auto, picked from the flags, and the pick (never auto) in config.json, the protocol, the

@@ -12,7 +12,7 @@ from ray_jobs import bench
 
 
 @pytest.fixture(scope="module")
-def report(ray_cluster, data_root, tmp_path_factory):
+def report(slow_setup, ray_cluster, data_root, tmp_path_factory):
     mp = pytest.MonkeyPatch()
     mp.setenv("BENCH_DATA_ROOT", str(data_root))
     mp.setenv("WANDB_MODE", "disabled")

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 
+import pytest
 import tool_script
 import torch
 from tiny_net import TinyNet
@@ -41,6 +42,7 @@ def test_reestimated_statistics_are_the_batches_average_mean_and_unbiased_varian
     assert all(torch.equal(v, before[k]) for k, v in model.state_dict().items())
 
 
+@pytest.mark.slow
 def test_the_table_of_a_finished_run_starts_from_its_summary(data_root, tmp_path, capsys, monkeypatch):
     """A 2-round FedPLVM-protocol FedAvg run on USPS: the aggregated column is the summary's final accuracy (the
     run's own test, recomputed from model.pt: float16 weights, so within one test image); the own-domain column

@@ -19,6 +19,7 @@ TOOL = tool_script.TOOLS / "chaos.py"
 chaos = tool_script.load("chaos")
 
 
+@pytest.mark.slow
 def test_a_sweep_killed_twice_resumes_to_the_undisturbed_sweeps_run_and_nothing_is_half_written(data_root, tmp_path):
     out = tmp_path / "chaos"
     done = subprocess.run([sys.executable, str(TOOL), "--out", str(out), "--kills", "2", "--methods", "feddyn",
@@ -48,6 +49,7 @@ def test_a_sweep_killed_twice_resumes_to_the_undisturbed_sweeps_run_and_nothing_
         "runs/feddyn-seed0/checkpoints/round_0000.pt", "runs/feddyn-seed0/summary.json"]
 
 
+@pytest.mark.slow
 def test_what_a_killed_sweep_leaves_is_named_from_its_command_line(tmp_path):
     """`end` names the processes it must kill: here a session of a sleeping sweep worker (spawned as the sweep spawns
     them), multiprocessing's resource tracker beside it, and Ray's kinds from command lines Ray writes."""

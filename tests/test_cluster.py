@@ -28,7 +28,7 @@ def recorded(out: Path) -> list:
 
 
 @pytest.fixture(scope="module")
-def cluster_runs(isolated_env, data_root, tmp_path_factory):
+def cluster_runs(slow_setup, isolated_env, data_root, tmp_path_factory):
     out = tmp_path_factory.mktemp("two_nodes")
     env = {**os.environ, "RAY_AUTH_MODE": "token", "PYTHONPATH": str(PROJECT)}  # the session's token file
     env.pop("RAY_ADDRESS", None)
@@ -39,7 +39,7 @@ def cluster_runs(isolated_env, data_root, tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def one_process(data_root, tmp_path_factory):
+def one_process(slow_setup, data_root, tmp_path_factory):
     out = tmp_path_factory.mktemp("one_process")
     run(RunConfig(**{**RUN, "executor": "local", "spread": False}, data_root=str(data_root), out=str(out)), quiet=True)
     return recorded(out)

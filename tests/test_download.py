@@ -391,6 +391,7 @@ def test_interrupted_write_leaves_the_old_file(tmp_path, monkeypatch):
     assert sorted(p.name for p in path.parent.iterdir()) == ["a.npz"]
 
 
+@pytest.mark.slow
 def test_cli_entry_point_bad_option(tmp_path):
     r = subprocess.run([sys.executable, "-m", "benchmark.download", "--root", str(tmp_path / "r"), "--only", "cifar10"],
                        cwd=PROJECT_ROOT, capture_output=True, text=True, timeout=120)

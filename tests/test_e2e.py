@@ -43,7 +43,7 @@ CASES = [("fpl", "digits", 0.05), ("fedavg", "office_caltech", 0.1), ("fpl", "of
 
 
 @pytest.fixture(scope="module")
-def runs(ray_cluster, full_digits_root, tmp_path_factory):
+def runs(slow_setup, ray_cluster, full_digits_root, tmp_path_factory):
     return {(m, d): small_run(tmp_path_factory, full_digits_root, m, d, f) for m, d, f in CASES}
 
 
@@ -106,6 +106,7 @@ def test_wandb_offline_run_holds_tables(runs, method, dataset):
     assert list(run_dirs[0].glob("run-*.wandb"))
 
 
+@pytest.mark.slow
 def test_same_seed_same_metrics_and_local_equals_ray(runs, full_digits_root, tmp_path_factory):
     """The same run again, in process: the Ray run's metrics. (A second Ray run of it showed nothing more:
     test_methods_apart runs FPL through 1 and 3 actors and in process, and the resume tests rerun through Ray.)"""
@@ -116,6 +117,7 @@ def test_same_seed_same_metrics_and_local_equals_ray(runs, full_digits_root, tmp
     assert len(ref) == 2 and strip(read_jsonl(local / "metrics.jsonl")) == ref
 
 
+@pytest.mark.slow
 def test_fused_engine_through_ray_equals_local(ray_cluster, full_digits_root, tmp_path_factory):
     """Digits (clients of a domain have equal size, so the fused groups hold several clients):
     2 Ray actors with the fused engine give the same metrics as the local executor with it."""
@@ -127,12 +129,14 @@ def test_fused_engine_through_ray_equals_local(ray_cluster, full_digits_root, tm
     assert json.loads((ray_out / "config.json").read_text())["engine"] == "fused"
 
 
+@pytest.mark.slow
 def test_other_seed_other_metrics(runs, full_digits_root, tmp_path_factory):
     out, _ = runs[("fedavg", "office_caltech")]
     other, _ = small_run(tmp_path_factory, full_digits_root, "fedavg", "office_caltech", 0.1, executor="local", seed=1)
     assert read_jsonl(other / "metrics.jsonl")[0]["client_loss"] != read_jsonl(out / "metrics.jsonl")[0]["client_loss"]
 
 
+@pytest.mark.slow
 def test_nonfinite_loss_stops_the_run(data_root, tmp_path):
     """FPL with tau 0.01 overflows (paper, Fig. 4): the run stops naming round and client, never completes. In
     process (test_reliability stops a run through Ray on an injected non-finite loss)."""

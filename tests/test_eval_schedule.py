@@ -47,6 +47,7 @@ def test_schedule_by_hand():
     # no global model: each client tests its own model on its own test samples in its group
     ("fedproto_orig", "fedproto-mnist-n3", dict(client_fraction=0.1)),
 ])
+@pytest.mark.slow
 def test_a_sparse_schedule_trains_exactly_what_every_round_trains(data_root, tmp_path, method, preset, kw):
     def one(k, last=5):
         out = tmp_path / f"k{k}-last{last}"

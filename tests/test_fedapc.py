@@ -210,7 +210,7 @@ SMOKE = RunConfig.from_preset("fedapc-office", **TABLES["fedapc"].overrides("smo
 
 
 @pytest.fixture(scope="module")
-def table(data_root, tmp_path_factory):
+def table(slow_setup, data_root, tmp_path_factory):
     from ray_jobs.sweep import main
 
     out = tmp_path_factory.mktemp("table-fedapc")  # in process: table2's smoke sweep is the one through Ray
@@ -219,6 +219,7 @@ def table(data_root, tmp_path_factory):
     return out
 
 
+@pytest.mark.slow
 def test_table_fedapc_smoke_report_beside_tables_1_and_2(table, data_root, capsys):
     import pandas as pd
 

@@ -300,6 +300,7 @@ def test_two_clients_on_one_module_keep_their_own_h_and_alpha_over_two_rounds():
     assert any(not torch.equal(r_other["sum"][k], r_own["sum"][k]) for k in keys)
 
 
+@pytest.mark.slow
 def test_own_initialisations_drift_is_the_mean_of_the_clients_h(data_root):
     """Under client_init="own" (FedPLVM's presets) each client starts round 0 from its own initialisation and
     adds w_k - own_k to its h_k; the server steps from the mean of those starts, so Acar's identity holds: drift =

@@ -20,6 +20,7 @@ FLAGS = ["--preset", "fpl-office", "--method", "feddyn", "--rounds", "2", "--loc
          "--client-fraction", "0.1", "--eval-max", "16", "--executor", "local", "--eval-every", "1"]
 
 
+@pytest.mark.slow
 def test_rows_are_the_runs_own(data_root, tmp_path, monkeypatch, capsys):
     monkeypatch.setenv("WANDB_MODE", "disabled")
     args = build_parser().parse_args([*FLAGS, "--data-root", str(data_root), "--out", str(tmp_path / "run")])

@@ -129,6 +129,7 @@ def test_a_round_heads_apart_and_the_body_the_weighted_mean(shards):  # noqa: F8
 
 
 @pytest.mark.parametrize("method", ["fedper", "fesem"])
+@pytest.mark.slow
 def test_a_resumed_run_keeps_the_heads_and_the_centres(method, data_root, tmp_path):
     """FedPer's heads are client states, FeSEM's centres and assignment the server rule's state: a run stopped
     after round 1 (a non-finite loss in round 2) and resumed from its checkpoint ends as the uninterrupted run."""

@@ -27,7 +27,7 @@ SKEW_SMOKE = RunConfig.from_preset("fedplvm-digit5-skew", **TABLES["fedplvm78"].
 
 
 @pytest.fixture(scope="module")
-def smoke(ray_cluster, data_root, tmp_path_factory):
+def smoke(slow_setup, ray_cluster, data_root, tmp_path_factory):
     """Table 4's two runs through Ray, then the whole group (`make table-fedplvm PROFILE=smoke`) in this
     process (`EXECUTOR=local`, the same round code; fewer process start-ups for CI): those two are complete."""
     out = tmp_path_factory.mktemp("fedplvm")
@@ -300,6 +300,7 @@ def test_a_sweep_runs_the_grid_values_it_names(data_root, tmp_path, capsys):
         assert message in err and len(err.strip().splitlines()) == 1
 
 
+@pytest.mark.slow
 def test_grid_reports_and_figures(smoke):
     """The grids' smoke profile in the group: Figure 4 left at alpha 0.25 (Table 1's run) and 1, Figure 4 right FPL at
     lambda 1 (Table 1's FPL run) and 10, Figure 5 at tau 0.07 (Table 1-2's runs); each report's cells are the runs'

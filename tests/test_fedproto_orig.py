@@ -327,6 +327,7 @@ def test_fused_fedproto_mh_trains_as_the_sequential_loop_without_dropout(data_ro
     assert max_rel_diff(own[1], start) > 1e-3  # they trained
 
 
+@pytest.mark.slow
 def test_heterogeneous_run_through_ray_keeps_own_models(ray_cluster, data_root):
     """FedProto-mh for 2 rounds through Ray with 2 client actors: no global model, only prototypes; at the end
     every client holds its own trained model of its own width, and every client was tested with it."""
@@ -349,6 +350,7 @@ def test_heterogeneous_run_through_ray_keeps_own_models(ray_cluster, data_root):
             np.mean([a["classifier"] for a in rec["client_accuracy"].values()]))
 
 
+@pytest.mark.slow
 def test_resumed_run_keeps_the_clients_own_models(data_root, tmp_path):
     """The own models are the clients' persistent state: a run stopped after round 1 (a non-finite loss in
     round 2) and resumed from its checkpoint ends with the metrics of the uninterrupted run."""
@@ -375,6 +377,7 @@ def test_domain_mean_accuracy_by_hand():
     assert domain_mean_accuracy(no_protos, domain_of, ["usps", "mnist"]) == {"usps": 25.0, "mnist": 70.0, "AVG": 47.5}
 
 
+@pytest.mark.slow
 def test_own_models_on_a_domain_protocol(data_root):
     """FedProto as published under FPL's Office-Caltech protocol (make table-all): each client's own model is
     tested on its domain's test set (as capped by eval_max); a client's recorded prototype accuracy equals its

@@ -83,6 +83,7 @@ def test_curves_plot_the_runs_numbers(constructed, tmp_path):
                 assert row["seeds"] == 2 and row["dataset"] == "digits"
 
 
+@pytest.mark.slow
 def test_bars_plot_the_last5_means_beside_the_paper(constructed, tmp_path):
     dirs = [d for d, _ in constructed.values()]
     data = figures.plot_bars(dirs, paper.TABLE2, tmp_path / "bars")
@@ -100,6 +101,7 @@ def test_bars_plot_the_last5_means_beside_the_paper(constructed, tmp_path):
             assert row["paper"] == pytest.approx(ref)
 
 
+@pytest.mark.slow
 def test_drawing_again_writes_the_same_bytes(constructed, tmp_path):
     """A redraw from unchanged runs leaves every file as it was: no date in the SVG, and its clip-path ids hashed
     with a fixed salt (matplotlib's default salt is random per process and per file)."""
@@ -126,6 +128,7 @@ def test_regenerate_redraws_a_report_from_its_run_folders(constructed, tmp_path,
     assert "skipped" in out and "table3.md: 1 of 1 run folders missing" in out and "written 4 figure files" in out
 
 
+@pytest.mark.slow
 def test_regenerate_draws_a_report_as_the_report_did(constructed, tmp_path, monkeypatch):
     """`make figures` draws a table's methods and datasets in the order its report lists its runs (the table's:
     FPL Table 2 puts fpl before fedavg, not alphabetically) under the report's own title."""
@@ -297,7 +300,7 @@ def wandb_records(run_dir: Path) -> list:
 
 
 @pytest.fixture(scope="module")
-def real_run(data_root, tmp_path_factory):
+def real_run(slow_setup, data_root, tmp_path_factory):
     """FedAvg on Office-Caltech, 2 rounds of 1 epoch on 10% of the data, local executor, 40 test images per
     domain, W&B offline, printing to a terminal (a stream that says it is one)."""
     out = tmp_path_factory.mktemp("tsne") / "fedavg-office"
@@ -321,6 +324,7 @@ def test_real_run_shows_a_bar_and_saves_a_small_model(real_run):
     check_png(out / "curves.png")
 
 
+@pytest.mark.slow
 def test_tsne_command_on_a_real_run(real_run, data_root, capsys):
     out, _, cfg, _ = real_run
     assert cli.main(["tsne", str(out), "--per-domain", "25"]) == 0

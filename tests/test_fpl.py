@@ -277,6 +277,7 @@ def usps(data_root):
     return normalize(to_tensor_images(x)), torch.from_numpy(y).long()
 
 
+@pytest.mark.slow
 def test_local_prototypes_are_means_of_the_last_epoch(usps):
     x, y = usps
     torch.manual_seed(0)

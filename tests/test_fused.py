@@ -488,6 +488,7 @@ CONV_SHAPES = [(3, 64, 1, 16), (64, 64, 1, 16), (3, 6, 2, 4)]
 
 
 @pytest.mark.parametrize("cin,cout,stride,batch", CONV_SHAPES)
+@pytest.mark.slow
 def test_a_vmapped_bfloat16_convolution_rounds_as_a_plain_one(cin, cout, stride, batch):
     """The fused engine's convolution (a convolution under vmap: one grouped convolution for the stack) in bfloat16
     departs from float64 no further than the same convolution run client by client: output, weight gradient, input
@@ -730,6 +731,7 @@ def test_auto_engine_rule():
         resolve_engine("batched", torch.device("cpu"))
 
 
+@pytest.mark.slow
 def test_compiled_one_stack_with_batch_subsets_trains_the_same(shards, monkeypatch):
     """`--compile` in the one-stack engine: clients of 4, 6 and 5 samples in batches of 4 make calls of three shapes
     (step 0: the three x 4, the whole stack; step 1: the client of 6 x 2 and the client of 5 x 1, views of the

@@ -82,6 +82,7 @@ def pip_cache(tmp_path_factory) -> Path:
 
 
 @pytest.mark.skipif(not registry_reachable(), reason="needs the package registry (pypi.org)")
+@pytest.mark.slow
 def test_wheels_are_ray_of_this_environment_and_everything_it_needs_that_the_machine_lacks(tmp_path, pip_cache,
                                                                                           monkeypatch):
     """`kit.py wheels DEST --extra default`: one wheel per package, for CPython 3.12 on x86-64 Linux; Ray's version
@@ -124,6 +125,7 @@ def test_wheels_are_ray_of_this_environment_and_everything_it_needs_that_the_mac
     assert not {"torch", "numpy", "filelock", "packaging", "pyyaml", "aiohttp"} & set(wheels)
 
 
+@pytest.mark.slow
 def test_import_completes_the_provenance_of_a_windows_runs_and_overwrites_no_committed_run(tmp_path):
     """A window's results-small.tgz (runs recorded without .git): each run's config gets the commit given and the
     window's gpu_run entry, the other files land as they were; a second import of a run already complete, or an
@@ -191,6 +193,7 @@ def wheel(dest: Path, name: str) -> Path:
     return path
 
 
+@pytest.mark.slow
 def test_stage_on_the_machine_gathers_rays_parts_over_two_calls_then_installs_and_checks_ray(tmp_path):
     """`bash tools/gpu/on-device.sh stage` as the runbook's calls run it, here (KIT_HOME a temporary folder, this
     environment's Python as the machine's): call 1 carries the first data folder, finch-clust's wheel (a stand-in
@@ -275,6 +278,7 @@ def test_stage_on_the_machine_gathers_rays_parts_over_two_calls_then_installs_an
 
 @pytest.mark.skipif(not registry_reachable(), reason="needs the package registry (pypi.org): stage.sh fetches "
                                                      "finch-clust's wheel")
+@pytest.mark.slow
 def test_stage_packs_the_data_in_folders_that_each_fit_one_call_beside_the_tree(data_root, tmp_path):
     """`bash tools/gpu/stage.sh` in a clone of this checkout: every file the runbook's runs read, byte for byte, in
     folders data1, data2, ... each of which fits one call beside the tree (the run tool carries 64 MiB a call; the

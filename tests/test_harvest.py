@@ -9,6 +9,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from benchmark.results import read_jsonl
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -28,6 +30,7 @@ def harvest(src: Path, dst: Path) -> subprocess.CompletedProcess:
                           env={**os.environ, "PYTHON": sys.executable})
 
 
+@pytest.mark.slow
 def test_complete_runs_come_with_their_rounds_gzipped_and_nothing_else(tmp_path):
     src, dst = tmp_path / "sweep", checkout(tmp_path / "checkout")
     (dst / "benchmark").symlink_to(ROOT / "benchmark")  # the checkout's code: pack_metrics packs old-code runs

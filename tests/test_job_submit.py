@@ -20,7 +20,7 @@ REFUSED_WITHIN_S = 120  # a refused submission must fail, never hang
 
 
 @pytest.fixture(scope="module")
-def head(tmp_path_factory):
+def head(slow_setup, tmp_path_factory):
     """One Ray head for the module (tests/ray_head.py)."""
     with ray_head(tmp_path_factory.mktemp("head")) as h:
         yield h
@@ -71,6 +71,7 @@ def test_submission_with_wrong_token_is_refused(head, data_root, tmp_path):
     assert not (tmp_path / "run").exists()
 
 
+@pytest.mark.slow
 def test_ray_job_submit_with_token(head, data_root, tmp_path):
     """The submitting machine gets the token through RAY_AUTH_TOKEN; the job's driver (on the head)
     connects to the cluster with the head's token and writes the run folder."""
@@ -94,6 +95,7 @@ def test_ray_job_submit_with_token(head, data_root, tmp_path):
     assert [p for p in files if head.token.encode() in p.read_bytes()] == []
 
 
+@pytest.mark.slow
 def test_driver_without_token_gets_a_one_line_error(head, data_root, tmp_path):
     """`RAY_ADDRESS=HEAD:6379 python -m ray_jobs.run` from a shell that lacks the token."""
     env = {**head.no_auth, "RAY_ADDRESS": head.gcs, "PYTHONPATH": str(PROJECT)}

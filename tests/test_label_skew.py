@@ -33,6 +33,7 @@ def drawn_by_loop(seed: int, clients: int, n: int, alpha: float, ceil: bool) -> 
 
 
 @pytest.mark.parametrize("seed, draw", [(0, 0), (1, 0), (0, 3)])
+@pytest.mark.slow
 def test_digit5_counts_are_the_reference_draw_and_the_same_for_every_method(data_root, seed, draw):
     plans = []
     for method in ("fedavg", "fedplvm"):
@@ -59,6 +60,7 @@ def test_digit5_counts_are_the_reference_draw_and_the_same_for_every_method(data
         assert np.bincount(kept.test_y, minlength=10).tolist() == c["test_class_counts"]
 
 
+@pytest.mark.slow
 def test_the_seeds_share_the_codes_draw_and_another_dirichlet_seed_draws_other_counts(data_root):
     """FedPLVM's main() seeds numpy with 0 in every run, so its runs share one draw: seeds 0 and 1 train on the same
     class counts; --dirichlet-seed 1 draws others."""

@@ -30,7 +30,7 @@ def tiny_run(root, out, **kw) -> list[dict]:
 
 
 @pytest.fixture(scope="module")
-def prototype_runs(data_root, tmp_path_factory):
+def prototype_runs(slow_setup, data_root, tmp_path_factory):
     """FedAvg, FPL, FedProto and FedAPC over 2 rounds; FedProc over 6, so that its InfoNCE weight a = 1 - r / 5 is
     non-zero in rounds 1 to 4 (with 2 rounds it would be 0 in round 1)."""
     rounds = {"fedavg": 2, "fpl": 2, "fedproto": 2, "fedproc": 6, "fedapc": 2}
@@ -59,6 +59,7 @@ def test_last5_is_the_mean_of_the_last_five_rows_of_metrics(prototype_runs):
     assert summary["final"] == rows[-1]["accuracy"]
 
 
+@pytest.mark.slow
 def test_driver_accuracy_is_an_independent_count(data_root):
     """The driver's accuracy after a round against a per-sample count of correct predictions of the global
     model in eval mode, with the test images normalised here, and the unweighted mean over domains."""
@@ -90,6 +91,7 @@ def test_driver_accuracy_is_an_independent_count(data_root):
 
 
 @pytest.mark.parametrize("method", ["moon", "fpl"])
+@pytest.mark.slow
 def test_same_metrics_with_1_or_3_actors_and_with_the_local_executor(ray_cluster, data_root, tmp_path, method):
     """MOON keeps a state per client (its previous model) and FPL sends prototypes: neither may depend on how
     the clients are spread over actors, or on the executor."""

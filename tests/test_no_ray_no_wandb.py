@@ -38,6 +38,7 @@ print("blocked:", sorted(m for m in ("ray", "wandb") if m in sys.modules))
 """
 
 
+@pytest.mark.slow
 def test_local_run_and_sweep_without_ray_and_wandb(tmp_path, data_root):
     env = {**os.environ, "WANDB_MODE": "disabled", "PYTHONPATH": str(REPO)}
     proc = subprocess.run([sys.executable, "-c", SCRIPT, str(tmp_path), str(data_root)], env=env, cwd=REPO,

@@ -27,7 +27,7 @@ SWEEP = ["--table", "2", "--profile", "smoke", "--domains", "mnist,usps,syn", "-
 
 
 @pytest.fixture(scope="module")
-def head(tmp_path_factory):
+def head(slow_setup, tmp_path_factory):
     with ray_head(tmp_path_factory.mktemp("head")) as h:
         current = (h.tmpdir / "ray" / "ray_current_cluster").read_text().strip()  # the machine's current cluster
         assert current.split(":")[1] == h.gcs.split(":")[1]  # the head's GCS (on the machine's address)
@@ -52,6 +52,7 @@ def complete(out: Path) -> bool:
     return json.loads((out / "summary.json").read_text())["complete"]
 
 
+@pytest.mark.slow
 def test_ray_submit_waits_for_the_job_agent(head):
     """Submitted as soon as the head's Jobs API answers (its job agent may not take jobs yet)."""
     res = subprocess.run(["bash", str(PROJECT / "tools" / "ray_submit.sh"), "--address", head.address,
@@ -78,6 +79,7 @@ def test_a_run_with_address_auto_joins_the_head_and_says_so(head, joined):
     assert complete(out) and len(nodes(out)) == 1  # the head's one node
 
 
+@pytest.mark.slow
 def test_a_run_and_a_sweep_without_address_finish_on_a_cluster_of_their_own(head, joined, data_root, tmp_path):
     on_head = nodes(joined[1])
     run = python("ray_jobs.run", [*RUN, "--data-root", str(data_root), "--out", str(tmp_path / "run")], head.env)
@@ -91,6 +93,7 @@ def test_a_run_and_a_sweep_without_address_finish_on_a_cluster_of_their_own(head
         assert complete(out) and nodes(out).isdisjoint(on_head)  # not on the head: on a cluster of its own
 
 
+@pytest.mark.slow
 def test_address_auto_after_the_head_was_sigkilled_stops_in_one_line(data_root, tmp_path, monkeypatch):
     """A head `ray start` started, then SIGKILLed (all its processes: its group), leaves its ray_current_cluster
     behind (under its own RAY_TMPDIR here; /tmp/ray's on a machine). `--address auto` reads it as Ray does and finds

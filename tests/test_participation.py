@@ -70,6 +70,7 @@ def clone(obj):
 
 
 @pytest.mark.parametrize("method", ["feddyn", "moon", "fedper", "fedproto_orig", "fedfa"])
+@pytest.mark.slow
 def test_a_client_not_drawn_keeps_its_state_exactly(data_root, method):
     """Per-client state (FedDyn's h_k, MOON's previous model, FedPer's head, FedProto's own model, FedFA's stream)
     of a client skipped in a round is, after that round, what it was after its last one; those drawn train."""
@@ -96,6 +97,7 @@ def test_a_client_not_drawn_keeps_its_state_exactly(data_root, method):
 METHODS_AVERAGE = {"feddyn": True, "moon": True, "fedper": True, "fedproto_orig": False, "fedfa": True}
 
 
+@pytest.mark.slow
 def test_feddyn_drift_is_the_mean_of_all_clients_h_under_partial_participation(data_root):
     """Acar et al.: the model sent is the drawn clients' mean plus the mean of all N clients' h_k, those not
     drawn included (theirs unchanged, zero before their first round)."""
@@ -129,6 +131,7 @@ def test_fesem_clients_not_drawn_keep_their_centre(data_root):
     assert rule.assignment == {0: 0, 1: 1, 2: 0}
 
 
+@pytest.mark.slow
 def test_only_drawn_clients_train_count_and_are_recorded_and_a_resume_draws_the_same(data_root, tmp_path):
     cfg = tiny(data_root, tmp_path / "ref", method="fedavg", executor="local", participation=0.4)
     run(cfg, quiet=True)
@@ -148,6 +151,7 @@ def test_only_drawn_clients_train_count_and_are_recorded_and_a_resume_draws_the_
     assert recorded(out) == rounds
 
 
+@pytest.mark.slow
 def test_participation_that_draws_every_client_is_participation_one(data_root, tmp_path):
     """A share that rounds to every client trains every client, as participation 1 (today's runs: no draw)."""
     a = run(tiny(data_root, tmp_path / "a", method="feddyn", executor="local", rounds=2), quiet=True)
@@ -159,6 +163,7 @@ def test_participation_that_draws_every_client_is_participation_one(data_root, t
     assert tree_equal(torch.load(tmp_path / "a" / "model.pt"), torch.load(tmp_path / "b" / "model.pt"))
 
 
+@pytest.mark.slow
 def test_ray_draws_and_trains_as_local(ray_cluster, data_root, tmp_path):
     kw = dict(method="moon", participation=0.4, rounds=3)
     run(tiny(data_root, tmp_path / "local", executor="local", **kw), quiet=True)

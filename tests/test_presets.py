@@ -32,6 +32,7 @@ def test_first_per_class_against_a_loop():
     assert first_per_class(labels[:0], 2).tolist() == []
 
 
+@pytest.mark.slow
 def test_digit5_clients_and_test_sets_on_the_real_data(data_root):
     spec = DATASET_SPECS["digit5"]
     doms = ["mnist", "usps", "syn", "mnistm"]  # the shared data has no full SVHN
@@ -178,6 +179,7 @@ def test_drop_last_with_a_client_smaller_than_a_batch_is_refused(data_root, tmp_
     assert not (tmp_path / "r").exists()
 
 
+@pytest.mark.slow
 def test_fedplvm_protocol_starts_each_client_from_its_own_model_and_averages_them_alike(data_root):
     """FedPLVM's main.py builds one model per client and its `average_weights` is a plain mean: round 0 of a
     FedPLVM-protocol run, redone client by client from each client's own initialisation, must give the plain

@@ -47,6 +47,7 @@ def test_noise_multiplier_reaches_epsilon_over_the_whole_run(preset, steps):
 
 
 @pytest.mark.parametrize("preset,run_epsilon", [("fedplvm-digit5", 30.5), ("fedplvm-office10", 41.5)])
+@pytest.mark.slow
 def test_noise_multiplier_of_a_round_budget(preset, run_epsilon):
     """dp_budget="round": a round's 6 steps (2 epochs of 3 batches of 32 of 100 images) within (epsilon, delta),
     sigma 1.38; the run's 50 (80) rounds then spend epsilon 30.5 (41.5), docs/fedplvm.md's values."""
@@ -117,6 +118,7 @@ def test_clipped_per_sample_gradients_are_per_sample_autograd_clipped():
 
 
 @pytest.mark.parametrize("budget,budget_steps", [("run", 6), ("round", 3)])
+@pytest.mark.slow
 def test_a_runs_clipped_per_sample_gradients_never_exceed_the_bound(monkeypatch, budget, budget_steps):
     """Two rounds through fit_local (round 0 CE alone, round 1 FedPLVM's loss), batch 1: each step's summed clipped
     gradient is that sample's clipped gradient, read before the noise is added; the noise multiplier is the

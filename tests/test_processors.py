@@ -33,6 +33,7 @@ def test_the_flags_given_are_the_flags_every_process_reads(monkeypatch):
 
 
 @pytest.mark.parametrize("kind", PROCESSORS)
+@pytest.mark.slow
 def test_the_entry_point_without_precision_runs_32_true_in_the_short_runs_own_folder(kind, tmp_path, data_root):
     """A plain short run (the entry point as a user starts it, default folder under results/runs) on either
     processor: 32-true, in a folder whose name carries its departures from the preset (never the protocol run's)."""
@@ -49,6 +50,7 @@ def test_the_entry_point_without_precision_runs_32_true_in_the_short_runs_own_fo
     assert title.startswith("fedavg on office_caltech (default split, seed 0, 1 rounds, 32-true)")
 
 
+@pytest.mark.slow
 def test_a_sweeps_worker_processes_run_32_true_on_a_processor_with_native_bfloat16(tmp_path, data_root):
     """Two smoke runs at once in worker processes (spawned: each reads the flags afresh) on a processor with native
     bfloat16: both 32-true, as the table's protocol."""

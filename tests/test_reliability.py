@@ -51,13 +51,14 @@ def rows(out: Path) -> int:
 
 
 @pytest.fixture(scope="module")
-def reference(ray_cluster, data_root, tmp_path_factory):
+def reference(slow_setup, ray_cluster, data_root, tmp_path_factory):
     out = tmp_path_factory.mktemp("reference")
     run(config(data_root, out), quiet=True)
     assert not (out / checkpoint.DIR).exists()  # a complete run keeps no checkpoint
     return out
 
 
+@pytest.mark.slow
 def test_client_actor_killed_mid_round_gives_the_same_metrics(reference, data_root, tmp_path, capsys):
     out = tmp_path / "run"
     result = {}
@@ -74,6 +75,7 @@ def test_client_actor_killed_mid_round_gives_the_same_metrics(reference, data_ro
     assert summary(out) == summary(reference)
 
 
+@pytest.mark.slow
 def test_an_actor_that_dies_too_often_stops_the_run_naming_its_clients(reference, data_root, tmp_path):
     out = tmp_path / "run"
     errors = []
@@ -97,7 +99,7 @@ def test_an_actor_that_dies_too_often_stops_the_run_naming_its_clients(reference
 
 
 @pytest.fixture(scope="module")
-def killed(reference, data_root, tmp_path_factory):
+def killed(slow_setup, reference, data_root, tmp_path_factory):
     """The entry point, a separate process on the session's Ray cluster, SIGKILLed once round 1's
     checkpoint is written."""
     import ray
@@ -119,6 +121,7 @@ def killed(reference, data_root, tmp_path_factory):
     return out
 
 
+@pytest.mark.slow
 def test_sigkilled_entry_point_resumes_to_identical_metrics(killed, reference, data_root, tmp_path, capsys):
     out = tmp_path / "run"
     shutil.copytree(killed, out)
@@ -132,6 +135,7 @@ def test_sigkilled_entry_point_resumes_to_identical_metrics(killed, reference, d
     assert json.loads((out / "config.json").read_text())["resumed_after_round"] == done[0]
 
 
+@pytest.mark.slow
 def test_corrupt_latest_checkpoint_is_detected_and_the_previous_used(killed, reference, data_root, tmp_path, capsys):
     out = tmp_path / "run"
     shutil.copytree(killed, out)
@@ -152,7 +156,7 @@ def test_corrupt_latest_checkpoint_is_detected_and_the_previous_used(killed, ref
 
 
 @pytest.fixture(scope="module")
-def stopped_after_round_0(data_root, tmp_path_factory):
+def stopped_after_round_0(slow_setup, data_root, tmp_path_factory):
     """A run folder that keeps round 0 (its checkpoint, the only one): the run stopped by a non-finite loss in round
     1 (in process)."""
     out = tmp_path_factory.mktemp("stopped") / "run"
@@ -177,6 +181,7 @@ def contents(folder: Path) -> dict[str, bytes]:
     return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
 
 
+@pytest.mark.slow
 def test_a_failed_write_names_the_file_leaves_the_folder_and_the_resume_gives_the_same_metrics(
         stopped_after_round_0, reference, data_root, tmp_path):
     """The resumed run's round-1 checkpoint cannot be written: the entry point runs under a file-size limit below the
@@ -294,6 +299,7 @@ def test_an_unreadable_only_checkpoint_is_refused_in_one_line_naming_it_and_what
     assert only.exists()  # refused, not deleted
 
 
+@pytest.mark.slow
 def test_nonfinite_loss_stops_naming_round_client_method_and_keeps_the_last_good_checkpoint(
         reference, data_root, tmp_path, capsys):
     out = tmp_path / "run"
@@ -324,6 +330,7 @@ def test_nonfinite_loss_stops_naming_round_client_method_and_keeps_the_last_good
     assert "was written by another protocol (seed: 0 in the checkpoint, 1 here)" in err
 
 
+@pytest.mark.slow
 def test_driver_killed_or_entry_point_interrupted_names_the_exact_resume_command(reference, data_root, tmp_path,
                                                                                 capsys, monkeypatch):
     out = tmp_path / "run"
@@ -358,6 +365,7 @@ def test_driver_killed_or_entry_point_interrupted_names_the_exact_resume_command
     assert len(err) == 1 and err[0].startswith("error: interrupted;") and err[0].endswith(f"To continue, {resume}")
 
 
+@pytest.mark.slow
 def test_ctrl_c_writes_error_txt_naming_the_kept_rounds_and_keeps_the_checkpoint(data_root, tmp_path):
     """A real SIGINT to the entry point (in-process executor) mid-run: exit code 130, the run folder says
     why it stopped (error.txt), keeps its checkpoint and claims no completion (no summary.json)."""
@@ -387,6 +395,7 @@ def test_ctrl_c_writes_error_txt_naming_the_kept_rounds_and_keeps_the_checkpoint
     assert done + 1 <= len(read_jsonl(out / "metrics.jsonl")) <= done + 2  # (a round logged, its checkpoint not yet)
 
 
+@pytest.mark.slow
 def test_sweep_resumes_an_interrupted_run_from_its_last_round(killed, reference, data_root, tmp_path, capsys):
     from ray_jobs.sweep import execute
 
@@ -401,6 +410,7 @@ def test_sweep_resumes_an_interrupted_run_from_its_last_round(killed, reference,
 
 
 @pytest.mark.parametrize("executor,restarts", [("local", 3), ("ray", 0)])
+@pytest.mark.slow
 def test_checkpoint_every_two_rounds_reads_the_states_from_the_groups_and_resumes_identically(
         reference, data_root, tmp_path, executor, restarts):
     """--checkpoint-every 2: checkpoints after round 1 and the last round, none after round 0. In process, and
@@ -456,6 +466,7 @@ def calls_in_threads(monkeypatch):
 
 
 @pytest.mark.parametrize("method", ["feddyn", "moon"])
+@pytest.mark.slow
 def test_in_process_groups_train_at_the_same_time_with_the_numbers_of_one_after_another(
         reference, data_root, tmp_path, monkeypatch, calls_in_threads, method):
     """The local executor's default (2 client groups, --cpus-per-actor 1, --driver-cpus 1): the groups train in two

@@ -19,6 +19,7 @@ ROOT = Path(__file__).resolve().parent.parent
 PAGE = ROOT / "docs" / "results.md"
 
 
+@pytest.mark.slow
 def test_readme_results_section_and_the_results_page_are_what_the_command_prints():
     readme = (ROOT / "README.md").read_text()
     section = results_table.section(ROOT / "results")
@@ -28,6 +29,7 @@ def test_readme_results_section_and_the_results_page_are_what_the_command_prints
         "docs/results.md is stale: run `python -m ray_jobs.results_table --write`"
 
 
+@pytest.mark.slow
 def test_the_readme_stays_an_entry():
     """Under 300 lines: the Results there are a row per paper table (their full tables are docs/results.md's), each
     row linking to its section of docs/results.md and its report."""
@@ -40,6 +42,7 @@ def test_the_readme_stays_an_entry():
         assert f"(results/table{table}.md)" in line
 
 
+@pytest.mark.slow
 def test_the_results_section_needs_no_data_root(monkeypatch, tmp_path):
     """It reads run folders only: in a checkout beside no data root (a fresh clone on a laptop) the command prints
     the same section, where it stopped asking for a --data-root that it does not take."""
@@ -84,6 +87,7 @@ def test_every_report_lists_the_committed_runs_of_its_table(data_root):
             f"results/{report_name(table)}.md is stale: run its sweep with --report-only"
 
 
+@pytest.mark.slow
 def test_every_table_is_a_section_or_counted_in_the_not_reported_line(monkeypatch):
     """Every registered table is a section or in the closing "not reported yet" line, which counts its complete runs
     (here: the run folders with a summary.json, named by hand) out of its planned ones. Every table is a section

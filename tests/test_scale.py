@@ -68,6 +68,7 @@ MANY = dict(domains=["mnist", "usps"], local_epochs=1, client_fraction=0.5, batc
             engine="sequential", eval_max=50)
 
 
+@pytest.mark.slow
 def test_a_group_of_250_clients_holds_one_on_its_device_at_a_time_with_the_numbers_of_one_holding_all(data_root):
     cfg = RunConfig.from_preset("scale-digits-500", **MANY, executor="local", data_root=str(data_root),
                                 participation=0.04)  # 10 a round
@@ -116,6 +117,7 @@ def test_a_group_of_250_clients_holds_one_on_its_device_at_a_time_with_the_numbe
     assert not folder.exists()  # the group's folder goes with it
 
 
+@pytest.mark.slow
 def test_a_run_of_the_500_client_preset_trains_a_tenth_of_its_clients_each_round(data_root, tmp_path):
     out = tmp_path / "run"
     cfg = RunConfig.from_preset("scale-digits-500", **{**MANY, "method": "fedavg"}, rounds=2, executor="local",
@@ -127,6 +129,7 @@ def test_a_run_of_the_500_client_preset_trains_a_tenth_of_its_clients_each_round
     assert summary["complete"] and set(summary["final"]) == {"mnist", "usps", "AVG"}
 
 
+@pytest.mark.slow
 def test_own_models_and_own_test_samples_stay_in_host_memory_and_test_as_on_the_device(data_root):
     """FedProto as published on its MNIST protocol: each client's own model and own test samples; a group in host
     memory trains half of its 20 clients and tests every one of them, one on the device at a time, with the
@@ -153,6 +156,7 @@ def test_own_models_and_own_test_samples_stay_in_host_memory_and_test_as_on_the_
     assert all(v.device.type == "cpu" for m in host.own_models.values() for v in m.values())
 
 
+@pytest.mark.slow
 def test_a_sweep_gives_every_run_its_client_memory_and_spread(data_root, tmp_path, monkeypatch, capsys):
     """`make table-fedproto CLIENT_MEMORY=host SPREAD=1 CUDNN_BENCHMARK=0` (here Local's smoke rows, in process):
     every run records them, outside its protocol (the same runs at the default are complete); a bad value is one
@@ -177,6 +181,7 @@ def test_a_sweep_gives_every_run_its_client_memory_and_spread(data_root, tmp_pat
         capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_a_run_with_its_client_states_on_disk_stopped_and_resumed_ends_as_one_in_host_memory(data_root, tmp_path):
     """MOON (a model per client) on 250 clients, 10 a round: `--client-memory disk` keeps the previous models in
     files; a run that stops in round 1 resumes from its round-0 checkpoint (holding the previous models of the

@@ -10,6 +10,8 @@ import textwrap
 import time
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parent.parent
 FILLER = "import time\n\ndef test_one():\n    time.sleep(1)\n\ndef test_two():\n    time.sleep(1)\n"
 
@@ -31,6 +33,7 @@ def pytest_of(suite: Path, *flags: str) -> subprocess.Popen:
                              str(suite)], cwd=suite, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
 
 
+@pytest.mark.slow
 def test_a_killed_worker_ends_the_suite_at_once_naming_its_test(tmp_path):
     """SIGKILL to the worker running the last module (the case that waited forever in CI on 2026-11-29: xdist
     replaced the worker, which then waited for work that never came)."""
@@ -63,6 +66,7 @@ def test_a_killed_worker_ends_the_suite_at_once_naming_its_test(tmp_path):
     assert "1 failed, 8 passed in " in out  # test_after, left in the dead worker, not run
 
 
+@pytest.mark.slow
 def test_a_hung_test_fails_after_the_time_limit_with_its_stack_and_the_suite_goes_on(tmp_path):
     """pytest-timeout (the project's `timeout`, shortened here to 3 s): the hung test fails, the next one runs."""
     suite = tiny_suite(tmp_path, """

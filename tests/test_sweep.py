@@ -90,7 +90,7 @@ def test_a_sweep_checks_only_the_data_of_the_runs_it_makes(data_root, tmp_path):
 
 
 @pytest.fixture(scope="module")
-def smoke(data_root, tmp_path_factory):
+def smoke(slow_setup, data_root, tmp_path_factory):
     """`make table2 PROFILE=smoke EXECUTOR=local`: Office-Caltech's 8 runs first (`--datasets office_caltech`, no
     W&B), then the table, which runs the 8 Digits runs (W&B offline), finds the Office-Caltech ones complete and
     reports all 16 (and logs the report to W&B). In this process: a sweep through Ray is
@@ -140,6 +140,7 @@ def test_report_has_every_row_beside_the_paper(smoke):
     assert "Hardware: no GPU; CPU " in md and f"x {os.cpu_count()}; 1 host." in md
 
 
+@pytest.mark.slow
 def test_rerun_runs_nothing_and_a_deleted_summary_reruns_exactly_that_run(ray_cluster, smoke, data_root):
     """Through Ray (the plan's default executor): the deleted run made in process comes back with its numbers."""
     runs = plan("2", "smoke", ["mnist", "usps", "syn"], smoke, str(data_root))
@@ -158,6 +159,7 @@ def test_rerun_runs_nothing_and_a_deleted_summary_reruns_exactly_that_run(ray_cl
     assert not is_complete(Path(runs[0].out), {**protocol(runs[0]), "local_epochs": 10})
 
 
+@pytest.mark.slow
 def test_a_partial_sweep_runs_what_it_names_and_reports_every_complete_run(smoke, data_root, tmp_path, capsys,
                                                                           monkeypatch):
     """`--methods/--seeds/--datasets` pick the runs to run; the report covers the table's complete runs, says it is
@@ -191,6 +193,7 @@ def test_a_partial_sweep_runs_what_it_names_and_reports_every_complete_run(smoke
     assert len(err.strip().splitlines()) == 1
 
 
+@pytest.mark.slow
 def test_report_only_without_domains_reports_the_runs_made_on_fewer(smoke, data_root, tmp_path, monkeypatch):
     """A table's runs made with `--domains` (a data root without SVHN) are reported by `--report-only` without it:
     the same cells as the sweep's own report, the title naming the domain left out, nothing run."""
@@ -228,6 +231,7 @@ def test_a_sweep_never_replaces_a_finished_run_of_another_protocol(smoke, data_r
     assert {p: p.read_bytes() for p in (copy / "runs").rglob("*") if p.is_file()} == before
 
 
+@pytest.mark.slow
 def test_report_links_its_figures_and_make_figures_redraws_them(smoke):
     md = (smoke / "table2.md").read_text()
     fig_dir = smoke / "figures" / "table2"
@@ -260,6 +264,7 @@ def test_sweep_report_run_holds_the_table_and_the_avg_chart(smoke):
             [r["accuracy"]["AVG"] for r in metrics])
 
 
+@pytest.mark.slow
 def test_a_failed_run_frees_its_actors_and_the_sweep_goes_on(ray_cluster, data_root, tmp_path, capsys):
     """FPL with tau 0.01 stops in round 1 (non-finite loss); the next run needs the same CPUs (one run fits the
     4-CPU test cluster at a time), so it could never start if the failed run's actors lived on."""
@@ -276,6 +281,7 @@ def test_a_failed_run_frees_its_actors_and_the_sweep_goes_on(ray_cluster, data_r
     assert "sweep: 1 runs done, 1 failed, 0 already complete" in out
 
 
+@pytest.mark.slow
 def test_nothing_written_holds_a_secret(smoke, data_root, tmp_path):
     """A fresh process (W&B reads its environment once per process) with a Ray token and a W&B API key in its
     environment re-runs one run of a copy of the smoke sweep (local executor) and writes the report: no file it
@@ -359,6 +365,7 @@ def test_table_all_smoke_runs_a_method_named_outside_its_default_rows(data_root,
     assert "method(s) ['fedperr'] not in table all" in err and all(f" {m}," in err or f" {m}." in err for m in outside)
 
 
+@pytest.mark.slow
 def test_table_all_smoke_shares_table2_runs_and_reports_communication(smoke, data_root, tmp_path, capsys):
     """`make table-all PROFILE=smoke DATASETS=office_caltech` after `make table2` (a copy of its results, local
     executor): Table 2's 16 runs are reused, only the other methods run; every method is a row on both datasets

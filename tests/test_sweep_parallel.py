@@ -52,6 +52,7 @@ def driver_pid(run_dir: Path) -> int:
     return provenance(run_dir)["driver"]["pid"]
 
 
+@pytest.mark.slow
 def test_parallel_2_gives_the_numbers_of_one_run_at_a_time(data_root, tmp_path, capsys, monkeypatch):
     """Table 2's two Office-Caltech rows of FedAvg and FPL at the smoke profile, one at a time in this process
     (--parallel 1, the default on a machine of fewer than 4 CPU threads), then two at once in worker processes: the
@@ -161,6 +162,7 @@ def test_workers_and_ray_give_the_numbers_of_a_run_in_the_calling_thread_with_a_
     assert computed_metrics(tmp_path / "here" / "moon") != computed_metrics(tmp_path / "here" / "fpl")
 
 
+@pytest.mark.slow
 def test_a_failed_worker_does_not_stop_the_others(data_root, tmp_path, capsys, monkeypatch):
     """FPL with tau 0.01 stops in round 1 (non-finite loss) in its worker; FedAvg, beside it, completes; the
     failure is reported as with one run at a time."""
@@ -182,6 +184,7 @@ def test_a_failed_worker_does_not_stop_the_others(data_root, tmp_path, capsys, m
 ROUNDS = 3
 
 
+@pytest.mark.slow
 def test_ctrl_c_stops_every_worker_and_the_same_sweep_resumes_their_runs(data_root, tmp_path):
     """SIGINT to a sweep process running two runs in workers (as Ctrl-C, but to the sweep alone: it stops its
     workers itself): one line saying how to resume, every worker gone, each run folder with its checkpoints and
@@ -246,6 +249,7 @@ def test_ctrl_c_stops_every_worker_and_the_same_sweep_resumes_their_runs(data_ro
         assert (d / "summary.json").exists()
 
 
+@pytest.mark.slow
 def test_workers_of_a_killed_sweep_stop_their_runs_and_keep_their_checkpoints(data_root, tmp_path):
     """SIGKILL to a sweep running two runs in workers (it cannot stop them: `kill -9`, a lost session; SIGTERM's
     default action is the same): each worker sees its sweep gone within seconds and stops its run as Ctrl-C does,

@@ -32,7 +32,7 @@ SMOKE = RunConfig.from_preset("fedproto-mnist-n3", **TABLES["fedproto"].override
 
 
 @pytest.fixture(scope="module")
-def smoke(data_root, tmp_path_factory):
+def smoke(slow_setup, data_root, tmp_path_factory):
     out = tmp_path_factory.mktemp("table_fedproto")
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("WANDB_MODE", "disabled")  # 48 runs: W&B's offline files are tested by the other sweeps
@@ -194,6 +194,7 @@ def test_figure_2_maps_the_features_each_run_saved(smoke, redrawn, data_root):
     assert (smoke / "figures" / "tablefedproto" / "tsne.png").exists()
 
 
+@pytest.mark.slow
 def test_figures_are_redrawn_from_the_report(smoke):
     """Deleted, a figure comes back from the report's files alone, the bytes the report drew (drawing is
     deterministic: test_figures.py)."""
@@ -204,6 +205,7 @@ def test_figures_are_redrawn_from_the_report(smoke):
     assert png in files and png.read_bytes() == drawn
 
 
+@pytest.mark.slow
 def test_report_run_in_wandb(smoke, data_root, monkeypatch):
     """Run again with W&B offline: nothing trains, the report's W&B run holds the table, a chart per n of the
     AVG per round per method, and the figures."""
@@ -233,6 +235,7 @@ def test_rerun_runs_nothing(smoke, data_root):
     assert execute(runs, None) == []
 
 
+@pytest.mark.slow
 def test_a_partial_report_lists_every_planned_row_with_the_paper_beside_what_did_not_run(smoke, data_root, tmp_path):
     """Two runs' summaries removed from a copy: their cells say "not run" beside the paper's value (none for
     FedProto's classifier rows), every other cell and every row of the plan are still there."""
@@ -267,6 +270,7 @@ def figure_2_section(results_dir) -> str:
     return section[:section.index("\n## ") if "\n## " in section else None]
 
 
+@pytest.mark.slow
 def test_figure_2_says_what_a_checkout_without_the_features_lacks(smoke, tmp_path):
     """A fresh clone holds the runs' committed files only (no features.npz): the report says which runs Figure 2
     needs and how to make their features, instead of dropping the section."""

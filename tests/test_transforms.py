@@ -82,6 +82,7 @@ def _denormalize(x: torch.Tensor) -> torch.Tensor:
     return (x * STD + MEAN).mul(255).round().to(torch.int64)
 
 
+@pytest.mark.slow
 def test_augment_draws_uniform_offsets_and_fair_flips():
     n = 20_000
     img = _pattern()
