@@ -424,6 +424,7 @@ def test_fused_equals_sequential_under_bf16_mixed(method, shards):
 
 @pytest.mark.skipif(DEVICE.type != "cpu", reason="a CPU stand-in for CUDA's autocast: on CUDA the bf16-mixed test")
 @pytest.mark.parametrize("method", ["fedavg", "fpl_cpcl_only", "fedplvm_avg_avg"])
+@pytest.mark.slow
 def test_fused_rounds_as_sequential_with_bfloat16_convolutions(method, shards, monkeypatch):
     """CUDA's autocast on the CPU: every convolution under bf16-mixed cast to bfloat16 in both engines (CPU autocast
     leaves the fused engine's vmapped convolutions in float32), so that both round what they would round on CUDA.

@@ -306,6 +306,7 @@ def test_stage_packs_the_data_in_folders_that_each_fit_one_call_beside_the_tree(
 
 @pytest.mark.skipif(not registry_reachable(), reason="needs the package registry (pypi.org): stage.sh fetches Ray's "
                                                      "wheels and finch-clust's")
+@pytest.mark.slow
 def test_stage_with_ray_packs_its_parts_beside_the_office_data(data_root, tmp_path, pip_cache):
     """`bash tools/gpu/stage.sh ray office` in a clone of this checkout: Office-Caltech, USPS and SVHN alone in
     data1 (the Office runs and the engine tests), Ray without its `default` extra (no dashboard wheels), in parts of

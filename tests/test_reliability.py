@@ -213,6 +213,7 @@ def test_a_failed_write_names_the_file_leaves_the_folder_and_the_resume_gives_th
     assert summary(out) == summary(reference)
 
 
+@pytest.mark.slow
 def test_a_failed_write_of_the_final_model_names_it_and_keeps_what_was_written(data_root, tmp_path):
     """Checkpoints off (--checkpoint-every 0), a file-size limit of 1 MiB: config.json and metrics.jsonl (a few kB)
     are written, the final model (float16 ResNet-10, about 10 MB) is not. One error line names model.pt, exit code 2;

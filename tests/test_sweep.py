@@ -356,13 +356,14 @@ def test_table_all_smoke_runs_a_method_named_outside_its_default_rows(data_root,
     doms = {"fpl-digits": ["mnist", "usps", "syn"], "fpl-office": ["caltech", "amazon", "webcam", "dslr"]}
     assert listed(["--methods", "fedavg,fedper"]) == [
         str(tmp_path / "runs" / RunConfig.from_preset(p, method=m, seed=0, domains=doms[p], executor="local",
-                                                      precision="32-true", **spec.overrides("smoke", p)).run_name)
+                                                      precision="32-true", **spec.overrides("smoke")).run_name)
         for p in ("fpl-digits", "fpl-office") for m in ("fedavg", "fedper")]
     default = listed([])
     assert len(default) == 2 * len(spec.smoke_methods) and not [r for r in default if "fedper" in Path(r).name]
     assert main([*args, "--methods", "fedavg,fedperr"]) == 2
     err = capsys.readouterr().err
-    assert "method(s) ['fedperr'] not in table all" in err and all(f" {m}," in err or f" {m}." in err for m in outside)
+    assert "unknown method(s) 'fedperr' (did you mean fedper?) in table all" in err
+    assert all(f" {m}," in err or f" {m}." in err for m in outside)
 
 
 @pytest.mark.slow

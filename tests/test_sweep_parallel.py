@@ -128,6 +128,7 @@ TWO_DRIVER_THREADS = dict(dataset="office_caltech", domains=["webcam", "dslr"], 
                           client_fraction=0.1, eval_max=30, num_actors=2, cpus_per_actor=1, driver_cpus=2)
 
 
+@pytest.mark.slow
 def test_workers_and_ray_give_the_numbers_of_a_run_in_the_calling_thread_with_a_driver_of_2_threads(
         ray_cluster, data_root, tmp_path, monkeypatch):
     """MOON (each client's previous model kept across rounds) and FPL (FINCH on the driver) with --driver-cpus 2
