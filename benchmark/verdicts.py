@@ -73,7 +73,7 @@ def pool(samples: list[np.ndarray]) -> tuple[Spread, list[Spread]]:
            for x in samples]
     df = sum(s.df for s in own)
     if not df:
-        return Spread(math.nan, 0, "none"), own
+        return Spread(math.nan, 0, "none", 0), own
     std = math.sqrt(sum(s.df * s.std ** 2 for s in own if s.df) / df)
     tested = [x for x, s in zip(samples, own) if s.df and s.std > 0]
     var = [s.std ** 2 for s in own if s.df and s.std > 0]
@@ -173,7 +173,7 @@ def seeds_needed(spread: Spread, n: int, paper_runs: int, margin: float, paper_s
             return seeds, ""
     limit = (spread.std if paper_std is None else paper_std) / math.sqrt(paper_runs)
     if tost_power(margin, limit, math.inf if paper_std is None else paper_runs - 1) < POWER:
-        return None, "none would: the paper's own runs leave too wide an interval"
+        return None, "none would: even unlimited seeds leave the TOST short of the power (the paper's own runs)"
     return None, f"more than {MAX_SEEDS}"
 
 
@@ -228,6 +228,7 @@ class ClaimVerdict:
     mean: float | None = None  # the mean of the differences
     ci95: tuple[float, float] | None = None
     p: float | None = None  # above: one-sided in the paper's direction; comparable: the paired TOST's
+    bound: float | None = None  # above: the one-sided 95% bound of the mean in the paper's direction (holds: past 0)
     direction: str = "undecided"
     size: str = "undecided"  # reproduced (the paper's gap inside ci95), differs, undecided, "–" (no paper gap)
     needed: int | None = None  # pairs that would decide an undecided direction
@@ -269,13 +270,15 @@ def claim_verdict(diffs: list[float], paper_gap: float | None, kind: str = "abov
     spread = spread or pool([np.asarray(diffs, float)])[0]
     if n < MIN_PAIRS:
         mean = float(np.mean(diffs)) if n else None
-        return ClaimVerdict(kind, n, mean, None, None, "undecided", "undecided" if paper_gap is not None else "–",
-                            *pairs_needed(kind, paper_gap, margin, spread, n))
+        return ClaimVerdict(kind, n, mean, None, None, None, "undecided",
+                            "undecided" if paper_gap is not None else "–", *pairs_needed(kind, paper_gap, margin,
+                                                                                          spread, n))
     d = np.asarray(diffs, float)
     mean, sd = float(d.mean()), float(d.std(ddof=1))
     half = stats.t.ppf(1 - ALPHA / 2, n - 1) * sd / math.sqrt(n)
     ci = (float(mean - half), float(mean + half))
     size = "–" if paper_gap is None else "reproduced" if ci[0] <= paper_gap <= ci[1] else "differs"
+    bound = None
     if kind == "comparable":
         p = float(ttost_paired(d, np.zeros(n), -margin, margin)[0]) if sd > 0 else float(abs(mean) >= margin)
         direction = "holds" if p < ALPHA else "fails" if ci[0] > margin or ci[1] < -margin else "undecided"
@@ -286,8 +289,9 @@ def claim_verdict(diffs: list[float], paper_gap: float | None, kind: str = "abov
         else:
             p, p_other = float(sign * mean <= 0), float(sign * mean >= 0)
         direction = "holds" if p < ALPHA else "reversed" if p_other < ALPHA else "undecided"
+        bound = float(mean - sign * stats.t.ppf(1 - ALPHA, n - 1) * sd / math.sqrt(n))
     needed = pairs_needed(kind, paper_gap, margin, spread, n) if direction == "undecided" else (None, "")
-    return ClaimVerdict(kind, n, mean, ci, p, direction, size, *needed)
+    return ClaimVerdict(kind, n, mean, ci, p, bound, direction, size, *needed)
 
 
 def paired_claim(minuend: dict[int, float], subtrahend: dict[int, float], paper_gap: float | None,
