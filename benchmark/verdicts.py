@@ -179,7 +179,8 @@ def seeds_needed(spread: Spread, n: int, paper_runs: int, margin: float, paper_s
 
 def cell_frame(seeds: pd.DataFrame) -> pd.DataFrame:
     """Every cell's verdict from the tidy frame of seed values (one row per `CELL_KEYS` and seed: `value`, the paper's
-    `paper` (NaN: not compared), `paper_runs`, `paper_std` (NaN unless seed-to-seed), `margin`, `endpoint`
+    `paper` (NaN: not compared), `paper_seeds` (the seeds its mean is over), `paper_std` (NaN unless seed-to-seed),
+    `margin`, `endpoint`
     "primary" or "secondary"). The spread pooled over each (table, dataset, domain)'s methods; Benjamini-Hochberg
     within each table over its primary cells."""
     rows = []
@@ -191,11 +192,11 @@ def cell_frame(seeds: pd.DataFrame) -> pd.DataFrame:
             spread = pooled if use_pooled(pooled) else mine
             paper_std = None if pd.isna(first.paper_std) else float(first.paper_std)
             c = None if pd.isna(first.paper) else compare(
-                float(g.value.mean()), len(g), float(first.paper), spread, int(first.paper_runs), float(first.margin),
+                float(g.value.mean()), len(g), float(first.paper), spread, int(first.paper_seeds), float(first.margin),
                 paper_std)
             rows.append({**{k: first[k] for k in CELL_KEYS}, "endpoint": first.endpoint, "seeds": len(g),
                          "mean": float(g.value.mean()), "std": mine.std, "paper": first.paper,
-                         "paper_runs": first.paper_runs, "paper_std": paper_std, "margin": first.margin,
+                         "paper_seeds": first.paper_seeds, "paper_std": paper_std, "margin": first.margin,
                          "spread": spread.std, "spread_df": spread.df, "spread_how": spread.how,
                          "pooled_methods": pooled.methods, "bartlett_p": pooled.bartlett_p, "var_ratio": pooled.ratio,
                          "compared": not pd.isna(first.paper), "comparison": c})
@@ -214,7 +215,7 @@ def cell_frame(seeds: pd.DataFrame) -> pd.DataFrame:
         out[name] = [np.nan if c is None else get(c) for c in out.comparison]
     needed = [seeds_needed(Spread(s, int(df), how), n, int(m), margin, ps) if v == "inconclusive" else (None, "")
               for v, s, df, how, n, m, margin, ps in zip(out.verdict, out.spread, out.spread_df, out.spread_how,
-                                                          out.seeds, out.paper_runs, out.margin, out.paper_std)]
+                                                          out.seeds, out.paper_seeds, out.margin, out.paper_std)]
     out["seeds_needed"] = pd.array([n for n, _ in needed], dtype="Int64")
     out["needed_why"] = [why for _, why in needed]
     return out.drop(columns="comparison")

@@ -3,9 +3,10 @@ reports (`ray_jobs.report`, `ray_jobs.report_fedproto`, `ray_jobs.report_grid`),
 Results (`ray_jobs.results_table`) render it.
 
 - `seed_rows`: the tidy frame, one row per (table, dataset, method, domain, seed): our value, the paper's value, the
-  seeds its mean is over (`Table.paper_seeds`), the cell's margin (`Table.margin`), its endpoint (each method's AVG
-  per dataset primary, its domains secondary), the run's preset, folder, test set, wall time and hardware. Each report
-  writes it beside itself (results/table<N>-seeds.csv): every number behind a verdict, one `pandas.read_csv` away.
+  runs its mean is over and the independent seeds those are (`Table.paper_runs`, `paper_seeds`), the cell's margin
+  (`Table.margin`), its endpoint (each method's AVG per dataset primary, its domains secondary), the run's preset,
+  folder, test set, wall time and hardware. Each report writes it beside itself (results/table<N>-seeds.csv): every
+  number behind a verdict, one `pandas.read_csv` away.
 - `benchmark.verdicts.cell_frame` over it: a row per cell (the report's .csv).
 - `claim_frame`: a row per claim, paired seed by seed over the AVG rows both have (results/table<N>-claims.csv).
 - `plan_frame`: the runs that would decide the inconclusive primary cells and the undecided claims, in the order that
@@ -66,7 +67,7 @@ def seed_rows(table: str, every: list[RunConfig]) -> pd.DataFrame:
             size = config.get("test_sizes", {}).get(dom)
             rows.append({"table": table, "dataset": cfg.dataset, "method": cfg.method, "domain": dom,
                          "seed": cfg.seed, "value": acc, "paper": ref.get(dom, math.nan),
-                         "paper_runs": spec.paper_seeds or 1,
+                         "paper_runs": spec.paper_runs, "paper_seeds": spec.paper_seeds or 1,
                          "paper_std": stds.get(dom, math.nan) if dom != "AVG" or kept[cfg.dataset] == doms
                          else math.nan,
                          "margin": spec.margin.avg if dom == "AVG" else spec.margin.domain(size),

@@ -217,13 +217,17 @@ def cell_verdict_lines(cells: pd.DataFrame, dataset: str) -> list[str]:
 
 
 def cell_columns(r) -> dict:
-    """A cell's verdict columns in the report's csv (empty for a cell not compared)."""
-    keys = ("endpoint", "verdict", "beyond", "margin", "spread", "spread_df", "spread_how", "bartlett_p", "se", "df",
-            "ci95_low", "ci95_high", "ci90_low", "ci90_high", "p", "q", "p_tost", "floor", "seeds_needed",
-            "needed_why", "runs")
-    return {k: (None if not r.compared and k not in ("endpoint", "spread", "spread_df", "spread_how", "runs")
-                else round(float(getattr(r, k)), 6) if isinstance(getattr(r, k), float) else getattr(r, k))
-            for k in keys}
+    """A cell's verdict columns in the report's csv (empty for a cell not compared but its spread and runs)."""
+    always = ("endpoint", "paper_seeds", "spread", "spread_df", "spread_how", "runs")
+    keys = (*always, "verdict", "beyond", "margin", "bartlett_p", "se", "df", "ci95_low", "ci95_high", "ci90_low",
+            "ci90_high", "p", "q", "p_tost", "floor", "seeds_needed", "needed_why")
+
+    def value(k: str):
+        v = getattr(r, k)
+        if (not r.compared and k not in always) or v is None or (not isinstance(v, str) and pd.isna(v)):
+            return None
+        return round(float(v), 6) if isinstance(v, float) else int(v) if k == "seeds_needed" else v
+    return {k: value(k) for k in keys}
 
 
 def direction_words(r) -> str:

@@ -132,7 +132,8 @@ def seed_rows(df: pd.DataFrame) -> pd.DataFrame:
                          "domain": [f"n = {w}" for w in head.ways], "seed": head.seed, "value": head.acc,
                          "paper": [paper.FEDPROTO_TABLE[sd][m][w][0] for m, sd, w in
                                    zip(head.method, head.stdev, head.ways)],
-                         "paper_runs": spec.paper_seeds, "paper_std": np.nan, "margin": spec.margin.avg,
+                         "paper_runs": spec.paper_runs, "paper_seeds": spec.paper_seeds, "paper_std": np.nan,
+                         "margin": spec.margin.avg,
                          "endpoint": "primary", "test_size": None, "preset": head.preset, "run": head.run,
                          "wall_time_s": head.wall_time_s, "hardware": head.hardware})
 

@@ -194,7 +194,8 @@ def test_the_tidy_table_of_table_2_is_the_run_folders_and_holds_the_reports_numb
         for m, x in samples.items():
             row = got.loc[(ds, m, "AVG")]
             assert (row.spread, row.spread_df) == (pytest.approx(s, abs=1e-4), df)
-            t = (x.mean() - row.paper) / (s * math.sqrt(1 / len(x) + 1 / 3))  # the paper's mean over 3 runs
+            assert row.paper_seeds == 3  # the paper's mean over 3 runs (seeds)
+            t = (x.mean() - row.paper) / (s * math.sqrt(1 / len(x) + 1 / 3))
             assert row.p == pytest.approx(2 * stats.t.sf(abs(t), df), abs=1e-5)
             primary.append((ds, m, row.p))
     ps = np.array([p for *_, p in primary])

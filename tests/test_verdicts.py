@@ -123,7 +123,7 @@ def test_a_cell_frame_pools_by_dataset_and_domain_and_controls_false_discoveries
     for (m, d), vals in values.items():
         for seed, val in enumerate(vals):
             rows.append({"table": "t", "dataset": "ds", "method": m, "domain": d, "seed": seed, "value": val,
-                         "paper": 50.0 if d == "AVG" else (40.0 if m == "a" else math.nan), "paper_runs": 3,
+                         "paper": 50.0 if d == "AVG" else (40.0 if m == "a" else math.nan), "paper_seeds": 3,
                          "paper_std": math.nan, "margin": 2.0, "endpoint": "primary" if d == "AVG" else "secondary"})
     cells = v.cell_frame(pd.DataFrame(rows)).set_index(["method", "domain"])
     sp = math.sqrt((2 * 1.0 + 2 * 0.25) / 4)  # pooled over a (var 1) and b (var 0.25): df 4
