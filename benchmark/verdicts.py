@@ -180,9 +180,8 @@ def seeds_needed(spread: Spread, n: int, paper_runs: int, margin: float, paper_s
 def cell_frame(seeds: pd.DataFrame) -> pd.DataFrame:
     """Every cell's verdict from the tidy frame of seed values (one row per `CELL_KEYS` and seed: `value`, the paper's
     `paper` (NaN: not compared), `paper_seeds` (the seeds its mean is over), `paper_std` (NaN unless seed-to-seed),
-    `margin`, `endpoint`
-    "primary" or "secondary"). The spread pooled over each (table, dataset, domain)'s methods; Benjamini-Hochberg
-    within each table over its primary cells."""
+    `margin`, `endpoint` "primary" or "secondary"). The spread pooled over each (table, dataset, domain)'s methods;
+    Benjamini-Hochberg within each table over its primary cells."""
     rows = []
     for _, group in seeds.groupby(["table", "dataset", "domain"], sort=False):
         cells = list(group.groupby("method", sort=False))
@@ -213,7 +212,8 @@ def cell_frame(seeds: pd.DataFrame) -> pd.DataFrame:
                       ("ci90_low", lambda c: c.ci90[0]), ("ci90_high", lambda c: c.ci90[1]), ("p", lambda c: c.p),
                       ("p_tost", lambda c: c.p_tost), ("floor", lambda c: c.floor)):
         out[name] = [np.nan if c is None else get(c) for c in out.comparison]
-    needed = [seeds_needed(Spread(s, int(df), how), n, int(m), margin, ps) if v == "inconclusive" else (None, "")
+    needed = [seeds_needed(Spread(s, int(df), how), n, int(m), margin, None if pd.isna(ps) else ps)
+              if v == "inconclusive" else (None, "")
               for v, s, df, how, n, m, margin, ps in zip(out.verdict, out.spread, out.spread_df, out.spread_how,
                                                           out.seeds, out.paper_seeds, out.margin, out.paper_std)]
     out["seeds_needed"] = pd.array([n for n, _ in needed], dtype="Int64")

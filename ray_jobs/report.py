@@ -111,8 +111,8 @@ def summary_words(k: dict[str, int], margin: float | None) -> str:
 def paper_words(spec: Table) -> str:
     """What the paper's mean is over and what stands for its per-seed spread, in words."""
     runs, seeds = spec.paper_runs, spec.paper_seeds
-    over = (f"{runs} run{'s' * (runs != 1)}" if runs else "runs it does not count") + (
-        f" of {'one seed' if seeds == 1 else f'{seeds} seeds'}" if seeds != runs else "")
+    over = ("runs it does not count (taken as one)" if not runs else f"{runs} run{'s' * (runs != 1)}" + (
+        f" of {'one seed' if seeds == 1 else f'{seeds} seeds'}" if seeds != runs else ""))
     spread = ("its printed std (seed-to-seed spread)" if spec.paper_std_is_seed_spread else
               "our pooled seed spread (its printed std is not seed-to-seed spread)" if spec.paper_std else
               "our pooled seed spread (it prints none)")

@@ -280,8 +280,8 @@ def report(profile: str, runs: list[RunConfig], results_dir: Path) -> tuple[pd.D
                                   if (sd, m) == (f"stdev {stdev}", method)]) if rule == headline_rule(method) else "–")
         cells.append("⚠" if flag else "")
         lines.append("| " + " | ".join(cells) + " |")
-    lines += [*(line for sd in STDEVS for line in cell_verdict_lines(ver.cells, f"stdev {sd}")
-                + claim_lines(ver.claims, f"stdev {sd}")), ""]
+    lines += [*(line for sd in STDEVS for line in claim_lines(ver.claims, f"stdev {sd}")
+                + cell_verdict_lines(ver.cells, f"stdev {sd}")), ""]
     plan = plan_frame(ver, every, units, not_run=[])
     lines += plan_lines(plan, ver.cells, "tablefedproto")
     if far:
