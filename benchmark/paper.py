@@ -2,9 +2,9 @@
 FedPLVM's (section 2) Tables 1 to 5 and 7 to 12; FedAPC's (section 3) Tables I and II; FedProto's (section 4).
 
 A table here maps method -> dataset -> domain (in the paper's column order) and "AVG" -> accuracy (%);
-`ray_jobs.tables` says which runs each is compared with. How many runs each mean is over (`RUNS`), and the std over
-those runs where the paper prints one (FedPLVM's, `FEDPLVM_*_STD`, the same shape), decide the test of a cell
-(`benchmark.verdicts`)."""
+`ray_jobs.tables` says which runs each is compared with. How many runs each mean is over (`RUNS`), how many
+independent seeds that is (`SEEDS`, the verdicts' count), and the std over those runs where the paper prints one
+(FedPLVM's, `FEDPLVM_*_STD`, the same shape; GPU noise, not seed-to-seed spread)."""
 from __future__ import annotations
 
 import numpy as np
@@ -75,6 +75,11 @@ def _plvm(digit5: list[float] | None = None, office10: list[float] | None = None
 # (its Implementation Details), FedPLVM "5 experiments" (its Implement Details; its Table 3 a single one, appendix H);
 # FedProto states none (its ± is over the clients of a run)
 RUNS = {"fpl": 3, "fedapc": 3, "fedplvm": 5, "fedplvm_table3": 1, "fedproto": None}
+# The independent seeds each paper's means are over, for the standard error of its mean in the verdicts
+# (`benchmark.verdicts`): FPL's and FedAPC's runs (three); FedPLVM's five runs share seed 0 (its main.py seeds torch,
+# numpy and random with 0 in every run, docs/deviations.md 27), so their mean is one seed's draw and their printed std
+# its GPU noise; its Table 3 a single run; FedProto's one run (its ± is over the clients of that run)
+SEEDS = {"fpl": 3, "fedapc": 3, "fedplvm": 1, "fedplvm_table3": 1, "fedproto": 1}
 
 # Tables 1 (Digit-5) and 2 (Office-10): final round, mean of 5 runs
 FEDPLVM_TABLE12 = {

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 from collections import Counter
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -23,9 +22,9 @@ from ray_jobs.config import RunConfig
 from ray_jobs.figures import runs_line, table_figures
 from ray_jobs.plan import reading_run
 from ray_jobs.run import RunError
-from benchmark.verdicts import (ALPHA, MAX_SEEDS, POWER, CellVerdict, ClaimVerdict, cell_verdict, mark_counts,
-                                paired_claim)
-from ray_jobs.tables import GAP_NOTES, METRICS, TABLES, Claim, Reading, Table, make_target, report_name
+from benchmark.verdicts import ALPHA, CELL_KEYS, MARKS, MARKS_LEGEND, MAX_SEEDS, MIN_PAIRS, POWER, paired_claim
+from ray_jobs.cells import build, plan_frame
+from ray_jobs.tables import DOMAIN_MARGIN_WHY, GAP_NOTES, METRICS, TABLES, Reading, Table, make_target, report_name
 
 FLAG_POINTS = 2.0
 MB = 1e6
@@ -65,24 +64,6 @@ def gap_note(table: str, dataset: str, method: str, domain: str, diff: float, st
     return "; ".join(dict.fromkeys(notes)) or "not known"
 
 
-def collect(runs: list[RunConfig], metric: str = "last5") -> pd.DataFrame:
-    """One row per (method, dataset, domain): mean and std over seeds of the accuracy by `metric`."""
-    rows = []
-    for cfg in runs:
-        s = read_summary(Path(cfg.out))
-        comm = s.get("communication", {}).get("per_client_per_round", {})
-        if s[metric] is None:  # a run made for a table that reads the final round only (eval_last 1)
-            raise RunError(f"{cfg.out}: its summary has no {metric} (its run tested the final round only, for a "
-                           f"table that reads that); delete its summary.json and sweep again to run it for this table.")
-        for dom, acc in s[metric].items():
-            rows.append({"method": cfg.method, "dataset": cfg.dataset, "domain": dom, "seed": cfg.seed, "acc": acc,
-                         "up_bytes": comm.get("up_bytes", np.nan), "down_bytes": comm.get("down_bytes", np.nan)})
-    df = pd.DataFrame(rows)
-    return df.groupby(["method", "dataset", "domain"], sort=False).agg(
-        ours=("acc", "mean"), std=("acc", "std"), seeds=("acc", "count"), up_bytes=("up_bytes", "mean"),
-        down_bytes=("down_bytes", "mean"), values=("acc", list), seed_list=("seed", list)).reset_index()
-
-
 def schedule_words(every: int, last: int) -> str:
     """The rounds a run with `eval_every` `every` and `eval_last` `last` tests after, in words."""
     if every == 1:
@@ -110,102 +91,210 @@ def setting_line(cfg: RunConfig, domains: list[str], done: list[RunConfig] = ())
             + "".join(f" {d}: {note}." for d, note in STAND_INS.get(cfg.dataset, {}).items() if d in domains))
 
 
-def claim_paper_gap(spec: Table, claim: Claim, kept: list[str], doms: list[str]) -> float:
-    """The paper's gap of a claim: its own number where it gives one (Fig. 5), else the minuend's AVG minus the
-    subtrahend's over the domains run (`paper.reference`), or over all its domains where it gives only an AVG."""
-    if claim.paper is not None:
-        return claim.paper
-    refs = [paper.reference(spec.paper, m, claim.dataset, kept, doms) for m in (claim.minuend, claim.subtrahend)]
-    rows = refs if all(refs) else [spec.paper[m][claim.dataset] for m in (claim.minuend, claim.subtrahend)]
-    return rows[0]["AVG"] - rows[1]["AVG"]
+def summary_words(k: dict[str, int], margin: float | None) -> str:
+    """A table's counts in words: its primary cells, its domain cells, its claims."""
+    band = "" if margin is None else f" ±{margin:.2f}"
+    out = []
+    for endpoint, what, bh in (("primary", "primary cells (each method's AVG per dataset)",
+                                ", Benjamini-Hochberg over them"), ("secondary", "domain cells", "")):
+        if k[f"{endpoint}_cells"]:
+            out.append(f"{what}: {k[f'{endpoint}_equivalent']} equivalent within{band or ' the margin'}, "
+                       f"{k[f'{endpoint}_differs']} differ ({k[f'{endpoint}_beyond']} beyond{band}{bh}), "
+                       f"{k[f'{endpoint}_inconclusive']} inconclusive")
+    if k["claims"]:
+        out.append(f"claims: direction {k['claims_holds']} holding, {k['claims_reversed'] + k['claims_fails']} "
+                   f"reversed or failing, {k['claims_undecided']} undecided; size {k['claims_size_reproduced']} "
+                   f"within our interval, {k['claims_size_differs']} outside it")
+    return "; ".join(out) or "nothing compared"
 
 
-@dataclass
-class Verdicts:
-    """A table's verdicts: per compared cell (dataset, method, domain) and per claim (with the paper's gap)."""
-    cells: dict[tuple[str, str, str], CellVerdict] = field(default_factory=dict)
-    claims: list[tuple[Claim, float, ClaimVerdict]] = field(default_factory=list)
-
-    def counts(self) -> tuple[Counter, Counter]:
-        """How many cells are consistent, differ, undecided; how many claims hold, are reversed, undecided."""
-        return Counter(v.verdict for v in self.cells.values()), Counter(v.verdict for *_, v in self.claims)
-
-    def summary(self) -> str:
-        cells, claims = self.counts()
-        return (f"cells {cells['consistent']} consistent, {cells['differs']} differ, {cells['undecided']} undecided; "
-                f"claims {claims['holds']} holding, {claims['reversed']} reversed, {claims['undecided']} undecided")
-
-
-def verdicts(spec: Table, agg: pd.DataFrame, kept: dict[str, list[str]]) -> Verdicts:
-    """Every compared cell's verdict (a method run on a domain the paper has a value for) and every claim's on the
-    datasets run (`kept`: dataset -> the domains run), from `collect`'s frame."""
-    out = Verdicts()
-    for ds, domains in kept.items():
-        doms = list(DATASETS[ds])
-        sub = agg[agg.dataset == ds].set_index(["method", "domain"])
-        for m in dict.fromkeys(sub.index.get_level_values(0)):
-            ref = paper.reference(spec.paper, m, ds, domains, doms) or {}
-            stds = spec.paper_std.get(m, {}).get(ds, {})
-            for d in [x for x in [*domains, "AVG"] if x in ref]:
-                std = stds.get(d) if d != "AVG" or domains == doms else None  # a printed std is of the printed AVG
-                out.cells[(ds, m, d)] = cell_verdict(sub.loc[(m, d), "values"], ref[d], std, spec.paper_runs)
-        for claim in (c for c in spec.claims if c.dataset == ds):
-            avg = {m: dict(zip(sub.loc[(m, "AVG"), "seed_list"], sub.loc[(m, "AVG"), "values"]))
-                   if (m, "AVG") in sub.index else {} for m in (claim.minuend, claim.subtrahend)}
-            gap = claim_paper_gap(spec, claim, domains, doms)
-            out.claims.append((claim, gap, paired_claim(avg[claim.minuend], avg[claim.subtrahend], gap)))
-    return out
+def paper_words(spec: Table) -> str:
+    """What the paper's mean is over and what stands for its per-seed spread, in words."""
+    runs, seeds = spec.paper_runs, spec.paper_seeds
+    over = ("runs it does not count (taken as one)" if not runs else f"{runs} run{'s' * (runs != 1)}" + (
+        f" of {'one seed' if seeds == 1 else f'{seeds} seeds'}" if seeds != runs else ""))
+    spread = ("its printed std (seed-to-seed spread)" if spec.paper_std_is_seed_spread else
+              "our pooled seed spread (its printed std is not seed-to-seed spread)" if spec.paper_std else
+              "our pooled seed spread (it prints none)")
+    return (f"its standard error counts the paper's mean as over {over} (`benchmark/paper.py` SEEDS), for whose "
+            f"per-seed spread stands {spread}")
 
 
 def verdict_rule(spec: Table) -> str:
     """How a table's cells and claims are tested, in words."""
-    runs = f"{spec.paper_runs} run{'s' * (spec.paper_runs != 1)}" if spec.paper_runs else "runs it does not count"
-    cell = (f"Welch's t-test of our seeds' mean ± std against the paper's over its {runs} where the paper prints a "
-            "std, a one-sample t-test of our seeds against its value where it prints none"
-            if spec.paper_std else f"a one-sample t-test of our seeds against the paper's value (a mean over {runs} "
-            "without a std)")
-    return (f"Verdicts at {ALPHA:.0%} (`benchmark/verdicts.py`): a cell, {cell}: ✓ consistent, ✗ differs (with the "
-            "p-value and our mean's 95% interval; a consistent cell also the smallest difference our seeds could "
-            f"detect at {POWER:.0%} power: a consistent cell that could not have seen a gap of many points says "
-            "little), ? undecided with 1 seed. A claim (the paper's gap between two rows' AVG, its "
-            "sign the claim), paired over the seeds both rows have: a paired t-test with 3 pairs or more, a sign test "
-            "with fewer: holds, reversed, or undecided. An undecided one: the seeds that would decide it at "
-            f"{POWER:.0%} power, from our spread (one seed: the paper's std, where it prints one), at most "
-            f"{MAX_SEEDS}.")
+    m = spec.margin
+    return (f"Verdicts (`benchmark/verdicts.py`) at the margin ±δ = ±{m.avg:.2f} points: {m.why}; "
+            f"{DOMAIN_MARGIN_WHY}. A cell: d = our mean − the paper's; {paper_words(spec)}; our seed spread "
+            "pooled over the table's methods per dataset and domain (where Bartlett's test finds no difference "
+            f"between their variances at {ALPHA:.0%}, else each cell's own). ✓ equivalent: d's 90% interval inside "
+            "±δ (two one-sided tests at 5%); ✗ differs: its 95% interval excludes 0 (a primary cell: Benjamini-"
+            "Hochberg's q < 5% over the table's primary cells), ✗✗ beyond ±δ where that interval lies wholly outside "
+            "the band; ? inconclusive otherwise. The floor: the half-width of d's 90% interval with unlimited seeds "
+            "of ours (the paper's own runs); where it exceeds δ, no number of seeds can show equivalence at ±δ. An "
+            f"inconclusive cell: the seeds with which equivalence at ±δ would show at {POWER:.0%} power if ours and "
+            f"the paper's agreed, at most {MAX_SEEDS}. A claim (the paper's gap between two rows' AVG), paired over "
+            f"the seeds both rows have ({MIN_PAIRS} or more, else undecided): its direction by a one-sided paired "
+            "t-test at 5% (holds; reversed in the other direction), its size by the paper's gap inside our paired "
+            "95% interval; a comparable claim by a paired TOST at ±δ.")
 
 
-def cell_verdict_lines(cells: dict[tuple[str, str, str], CellVerdict], dataset: str, sub: pd.DataFrame,
-                       refs: dict) -> list[str]:
-    """A dataset's compared cells, one row each: ours, the paper's, the test and its verdict."""
-    rows = [(m, d, v) for (ds, m, d), v in cells.items() if ds == dataset]
-    if not rows:
+def cell_mark(r) -> str:
+    """A compared cell's mark: ✓ equivalent, ✗ differs, ✗✗ beyond the margin, ? inconclusive."""
+    return MARKS[r.verdict] * (2 if r.beyond else 1)
+
+
+def mark_counts(marks: list[str]) -> str:
+    """How many of each mark: "4 ? 1 ✗" ("–" for none)."""
+    got = Counter(marks)
+    return " ".join(f"{got[k]} {k}" for k in ("✓", "✗", "✗✗", "?") if got[k]) or "–"
+
+
+def needed_words(r) -> str:
+    """What an inconclusive cell needs, in words."""
+    if pd.notna(r.seeds_needed):
+        return (f"{int(r.seeds_needed)} seeds would show equivalence at ±δ ({POWER:.0%} power, if ours and the "
+                "paper's agree)")
+    if r.needed_why.startswith("none would"):
+        return (f"none would: even unlimited seeds leave the TOST at ±{r.margin:.2f} short of {POWER:.0%} power (the "
+                f"paper's floor ±{r.floor:.2f})")
+    return r.needed_why
+
+
+def p_words(p: float) -> str:
+    return "< 0.001" if p < 0.001 else f"{p:.3f}"
+
+
+def cell_words(r) -> str:
+    """A compared cell's verdict with its numbers."""
+    if pd.isna(r.p):
+        return "inconclusive: no seed spread to test with (a second seed first)"
+    q = "" if pd.isna(r.q) else f", BH q {p_words(r.q)}"
+    if r.verdict == "equivalent":
+        return (f"equivalent: 90% CI {r.ci90_low:+.2f} to {r.ci90_high:+.2f} inside ±{r.margin:.2f} (TOST p "
+                f"{p_words(r.p_tost)})")
+    if r.verdict == "differs":
+        return f"differs{f' beyond ±{r.margin:.2f}' if r.beyond else ''}: p {p_words(r.p)}{q}"
+    return f"inconclusive: p {p_words(r.p)}{q}, TOST p {p_words(r.p_tost)}; {needed_words(r)}"
+
+
+def spread_words(r) -> str:
+    return "–" if r.spread_how == "none" else f"{r.spread:.2f} ({r.spread_how}, df {int(r.spread_df)})"
+
+
+def pooling_line(cells: pd.DataFrame) -> str:
+    """A dataset's seed spread per domain: pooled over its methods, or each cell's own where Bartlett rejects."""
+    parts = []
+    for d, g in cells.groupby("domain", sort=False):
+        r = g.iloc[0]
+        check = ("" if pd.isna(r.bartlett_p) else
+                 f"; Bartlett p {p_words(r.bartlett_p)}, variance ratio {r.var_ratio:.1f}")
+        if (g.spread_how == "pooled").any():
+            parts.append(f"{d} {r.spread:.2f} pooled over {r.pooled_methods} methods (df {int(r.spread_df)}{check})")
+        elif r.pooled_methods > 1:
+            parts.append(f"{d}: variances differ{check}: each cell's own")
+        else:
+            parts.append(f"{d}: {'one cell with a spread: its own' if r.pooled_methods else 'no spread (1 seed each)'}")
+    return "Our seed spread per domain: " + "; ".join(parts) + "."
+
+
+def cell_verdict_lines(cells: pd.DataFrame, dataset: str) -> list[str]:
+    """A dataset's compared cells, one row each: ours, the paper's, d with its 95% interval, the margin and floor,
+    the spread, the verdict."""
+    mine = cells[(cells.dataset == dataset)]
+    compared = mine[mine.compared]
+    if compared.empty:
         return []
-    return ["", "Each compared cell's verdict:", "", "| method | domain | ours | paper | verdict |", "|---|" * 5,
-            *(f"| {m} | {d} | {sub.loc[(m, d), 'ours']:.2f} ({v.seeds} seed{'s' * (v.seeds > 1)}) | {refs[m][d]:.2f} | "
-              f"{v.words()} |" for m, d, v in rows)]
+    rows = [f"| {r.method} | {r.domain} | {r.mean:.2f} ({r.seeds} seed{'s' * (r.seeds > 1)}) | {r.paper:.2f} | "
+            + ("–" if pd.isna(r.diff) else f"{r.diff:+.2f} ({r.ci95_low:+.2f} to {r.ci95_high:+.2f})")
+            + f" | ±{r.margin:.2f} | "
+            + ("–" if pd.isna(r.floor) else f"±{r.floor:.2f}" + (" > δ" if r.floor > r.margin else ""))
+            + f" | {spread_words(r)} | {cell_words(r)} |" for r in compared.itertuples()]
+    return ["", "Each compared cell's verdict (ours − paper with its 95% interval; the floor: the finest margin the "
+                "paper's own runs allow):", "",
+            "| method | domain | ours | paper | ours − paper | ±δ | floor | our spread | verdict |",
+            "|---" * 9 + "|",
+            *rows, "", pooling_line(mine)]
 
 
-def verdict_columns(v: CellVerdict | None) -> dict:
-    """A cell's verdict as the report's csv has it (empty for a cell not compared)."""
-    if v is None:
-        return {"verdict": None, "test": None, "p_value": None, "ci_low": None, "ci_high": None, "detectable": None,
-                "seeds_needed": None}
-    return {"verdict": v.verdict, "test": v.test or None, "p_value": None if v.p is None else round(v.p, 6),
-            **{k: None if v.ci is None else round(x, 4) for k, x in zip(("ci_low", "ci_high"), v.ci or (0, 0))},
-            "detectable": None if v.detectable is None else round(v.detectable, 4), "seeds_needed": v.needed}
+def cell_columns(r) -> dict:
+    """A cell's verdict columns in the report's csv (empty for a cell not compared but its spread and runs)."""
+    always = ("endpoint", "paper_seeds", "spread", "spread_df", "spread_how", "runs")
+    keys = (*always, "verdict", "beyond", "margin", "bartlett_p", "se", "df", "ci95_low", "ci95_high", "ci90_low",
+            "ci90_high", "p", "q", "p_tost", "floor", "seeds_needed", "needed_why")
+
+    def value(k: str):
+        v = getattr(r, k)
+        if (not r.compared and k not in always) or v is None or (not isinstance(v, str) and pd.isna(v)):
+            return None
+        return round(float(v), 6) if isinstance(v, float) else int(v) if k == "seeds_needed" else v
+    return {k: value(k) for k in keys}
 
 
-def claim_lines(claims: list[tuple[Claim, float, ClaimVerdict]], dataset: str) -> list[str]:
-    """A dataset's claims, one row each: the paper's gap, ours (the mean over the seeds both rows have), the test."""
-    rows = [(c, gap, v) for c, gap, v in claims if c.dataset == dataset]
-    if not rows:
+def direction_words(r) -> str:
+    if r.pairs < MIN_PAIRS:
+        return f"undecided ({r.pairs} shared seed{'s' * (r.pairs != 1)}: fewer than {MIN_PAIRS})"
+    if r.kind == "comparable":
+        return f"{r.direction} (paired TOST, p {p_words(r.p)})"
+    side = "≥" if r.bound <= r.mean else "≤"
+    return f"{r.direction} (one-sided paired t, p {p_words(r.p)}; at 95% ours {side} {r.bound:+.2f})"
+
+
+def pairs_words(r) -> str:
+    if r.direction != "undecided":
+        return "–"
+    return f"{int(r.pairs_needed)} pairs" if pd.notna(r.pairs_needed) else r.needed_why
+
+
+def claim_lines(claims: pd.DataFrame, dataset: str) -> list[str]:
+    """A dataset's claims, one row each: the paper's gap, ours (the mean of the differences over the seeds both rows
+    have, with its 95% interval), the direction, the size, and the pairs an undecided one needs."""
+    rows = claims[claims.dataset == dataset] if len(claims) else claims
+    if rows.empty:
         return []
     return ["", "The paper's claims (a row minus another, the paper's gap beside ours, the mean of the differences "
                 "over the seeds both rows have; of a dataset's AVG, the paper's on the domains run, or its own where "
-                "it gives only an AVG):", "",
-            "| claim | paper | ours | verdict |", "|---|---|---|---|",
-            *(f"| {c.label}: {c.what} | {c.words or f'{gap:+.2f}'} | " + ("–" if v.mean is None else f"{v.mean:+.2f}")
-              + f" | {v.words()} |" for c, gap, v in rows)]
+                "it gives only an AVG; a comparable claim: the two rows within ±δ):", "",
+            "| claim | paper | ours (95% CI) | direction | size | pairs needed |", "|---|---|---|---|---|---|",
+            *(f"| {r.label}: {r.what}{' (comparable)' * (r.kind == 'comparable')} | "
+              f"{r.words if isinstance(r.words, str) else f'{r.paper_gap:+.2f}'} | "
+              + ("–" if pd.isna(r.mean) else f"{r.mean:+.2f}, {r.pairs} pair{'s' * (r.pairs > 1)}"
+                 + ("" if pd.isna(r.ci95_low) else f" ({r.ci95_low:+.2f} to {r.ci95_high:+.2f})"))
+              + f" | {direction_words(r)} | {r.size} | {pairs_words(r)} |" for r in rows.itertuples())]
+
+
+def plan_lines(plan: pd.DataFrame, cells: pd.DataFrame, name: str) -> list[str]:
+    """The runs that would decide the rest, step by step (a step: the runs that complete what it decides), with
+    their cost; and how many inconclusive primary cells none would decide."""
+    primary = cells[(cells.endpoint == "primary") & cells.compared & (cells.verdict == "inconclusive")] \
+        if len(cells) else cells
+    never = int(primary.needed_why.str.startswith("none would").sum()) if len(primary) else 0
+    out = ["## Runs that would decide the rest", ""]
+    if plan.empty:
+        return out + [f"None planned: {never} inconclusive primary cell{'s' * (never != 1)} no number of our seeds "
+                      "can decide at ±δ (the paper's floor)." if never else "Nothing left to decide.", ""]
+    steps, start = [], 0
+    for i, r in enumerate(plan.itertuples()):
+        if r.decides:
+            steps.append(plan.iloc[start:i + 1])
+            start = i + 1
+
+    def hours(s: pd.Series, how: pd.Series) -> str:
+        if s.isna().all():
+            return "not measured"
+        guessed = how.str.startswith("estimate").any() or s.isna().any()
+        return f"{s.sum() / 3600:.1f} h" + (" (some estimated)" if guessed else "")
+    out += [f"In the order that decides the most per run ({len(plan)} runs; every run with its cost in "
+            f"results/{name}-plan.csv, measured wall times of the table's committed runs, or estimates said so; seeds "
+            "beyond the table's `seeds` need them listed there before its sweep makes and its report reads them):", ""]
+    out += [f"{n}. " + "; ".join(f"{m} ({preset}) seed{'s' * (len(g) > 1)} {', '.join(map(str, g.seed))}"
+                                 for (preset, m), g in step.groupby(["preset", "method"], sort=False))
+            + f" ({len(step)} run{'s' * (len(step) > 1)}; GPU {hours(step.gpu_s, step.gpu_cost)}, CPU "
+              f"{hours(step.cpu_s, step.cpu_cost)}): decides {step.decides.iloc[-1]}"
+            for n, step in enumerate(steps, 1)]
+    if never:
+        out += ["", f"{never} inconclusive primary cell{'s' * (never != 1)} no number of our seeds can decide at ±δ "
+                "(the paper's floor)."]
+    return out + [""]
 
 
 def reading_lines(spec: Table, dataset: str, planned: list[RunConfig], profile: str) -> list[str]:
@@ -261,7 +350,7 @@ def reading_lines(spec: Table, dataset: str, planned: list[RunConfig], profile: 
                     continue
                 theirs = avgs(c, erasing)
                 gap = paper_gap(r, c, erasing)
-                v = paired_claim(mine, theirs, 0.0 if gap is None else gap)
+                v = paired_claim(mine, theirs, gap)
                 cells.append("–" if v.mean is None else f"{v.mean:+.2f}" + ("" if gap is None else f" ({gap:+.2f})")
                              + f", {v.pairs} pair{'s' * (v.pairs > 1)}" + ("" if gap is None else f"; {v.verdict}"))
             section.append("| " + " | ".join(cells) + " |")
@@ -278,15 +367,23 @@ def reading_lines(spec: Table, dataset: str, planned: list[RunConfig], profile: 
 
 def report(table: str, profile: str, runs: list[RunConfig], results_dir: Path) -> pd.DataFrame:
     """results_dir/table<N>.md and .csv (`report_name`): ours (mean, std over seeds) beside the paper,
-    differences, change against FedAvg, rank order, and where the table asks, what a client uploads and
-    receives per round; rows more than 2 points from the paper flagged."""
+    differences and each cell's verdict, change against FedAvg, rank order, and where the table asks, what a client
+    uploads and receives per round; rows more than 2 points from the paper flagged; the claims; the runs that would
+    decide the rest. Beside it the data it is made from (`ray_jobs.cells`): <name>-seeds.csv (a row per seed),
+    -claims.csv and -plan.csv."""
     spec = TABLES[table]
     name, comm = report_name(table), spec.communication
     every, runs = runs, [c for c in runs if run_complete(c)]  # a partial sweep: those run
     planned = len(every)
     if not runs:
         raise RunError(f"no complete run of table {table} to report; run its sweep first (make {make_target(table)}).")
-    agg = collect(runs, spec.metric)
+    data = build(table, every)
+    plan = plan_frame(data, every)
+    view = data.cells.rename(columns={"mean": "ours"})
+    if comm:
+        view = view.join(data.seeds.groupby(CELL_KEYS)[["up_bytes", "down_bytes"]].mean(), on=CELL_KEYS)
+    sizes = {k: None if pd.isna(n) else int(n)  # gap notes: a domain's test set
+             for k, n in data.seeds.groupby(["dataset", "domain"]).test_size.first().items()}
     ref = spec.paper
     lines, csv_rows = [], []
     dropped = {c.dataset: c.dropped_domains for c in every if c.dropped_domains}
@@ -299,12 +396,11 @@ def report(table: str, profile: str, runs: list[RunConfig], results_dir: Path) -
     seeds_note = (f"Seeds {list(spec.seeds_for(profile))}" if len(runs) == planned else
                   f"Seeds {list(spec.seeds_for(profile))} planned, not all run: a row is over the seeds it has, "
                   "marked (n seeds) when fewer")
-    ver = verdicts(spec, agg, {ds: [d for d in DATASETS[ds] if d not in dropped.get(ds, [])]
-                               for ds in dict.fromkeys(c.dataset for c in every)})
-    lines += [title, "", f"**Verdicts: {ver.summary()}.** {verdict_rule(spec)}", "",
+    lines += [title, "", f"**Verdicts at ±{spec.margin.avg:.2f}: {summary_words(data.counts(), spec.margin.avg)}.** "
+              f"{verdict_rule(spec)}", "",
               f"{seeds_note}; accuracy (%) of the evaluated model, "
-              f"{METRICS[spec.metric]}; mean ± std over seeds (paper value, ours - paper) and the cell's verdict. "
-              f"⚠ = a compared cell more than {FLAG_POINTS:g} points from the paper."
+              f"{METRICS[spec.metric]}; mean ± std over seeds (paper value, ours - paper) and the cell's verdict "
+              f"({MARKS_LEGEND}). ⚠ = a compared cell more than {FLAG_POINTS:g} points from the paper."
               + (" Up / down MB: what one client uploads / receives per round (weights and prototypes; mean over "
                  "clients, rounds and seeds)." if comm else ""), ""]
     for ds in dict.fromkeys(c.dataset for c in every):
@@ -314,7 +410,7 @@ def report(table: str, profile: str, runs: list[RunConfig], results_dir: Path) -
         not_run = [m for m in dict.fromkeys(c.method for c in every if c.dataset == ds) if m not in methods]
         c0 = next(c for c in every if c.dataset == ds)
         setting = setting_line(c0, kept, [c for c in runs if c.dataset == ds])
-        sub = agg[agg.dataset == ds].set_index(["method", "domain"])
+        sub = view[view.dataset == ds].set_index(["method", "domain"])
         avg_label = "AVG" if len(kept) == len(doms) else f"AVG of {len(kept)}"
         header = ["method", *doms, avg_label, "Δ FedAvg (paper)", "rank (paper)",
                   *(["up MB", "down MB"] if comm else []), "verdicts", "flag"]
@@ -328,30 +424,32 @@ def report(table: str, profile: str, runs: list[RunConfig], results_dir: Path) -
         flagged = []  # (method, domain, ours - paper, seeds) of the cells more than FLAG_POINTS from the paper
         for m in methods:
             n_seeds = int(sub.loc[(m, "AVG"), "seeds"])
-            cells, flag = [m if n_seeds == len(spec.seeds_for(profile))
-                           else f"{m} ({n_seeds} seed{'s' * (n_seeds > 1)})"], False
+            cells, flag, marks = [m if n_seeds == len(spec.seeds_for(profile))
+                                  else f"{m} ({n_seeds} seed{'s' * (n_seeds > 1)})"], False, []
             for d in doms + ["AVG"]:
                 if d in dropped.get(ds, []):
                     cells.append("not run")
                     continue
-                ours, std = sub.loc[(m, d), "ours"], sub.loc[(m, d), "std"]
-                pv = (refs[m] or {}).get(d)
+                r = sub.loc[(m, d)]
+                ours, std = r.ours, r["std"]
+                pv = None if pd.isna(r.paper) else float(r.paper)
                 diff = None if pv is None else ours - pv
                 flag |= diff is not None and abs(diff) > FLAG_POINTS
                 if diff is not None and abs(diff) > FLAG_POINTS:
                     flagged.append((m, d, diff, 0.0 if np.isnan(std) else float(std), n_seeds))
                 std_s = "" if np.isnan(std) else f" ± {std:.2f}"
-                v = ver.cells.get((ds, m, d))
+                mark = cell_mark(r) if r.compared else ""
+                marks += [mark] if mark else []
                 cells.append(f"{ours:.2f}{std_s}" + ("" if pv is None else f" ({pv:.2f}, {diff:+.2f})")
-                             + ("" if v is None else f" {v.mark()}"))
+                             + (f" {mark}" if mark else ""))
                 csv_rows.append({"table": table, "profile": profile, "dataset": ds, "method": m,
                                  "domain": d if d != "AVG" else avg_label, "ours_mean": round(float(ours), 4),
                                  "ours_std": None if np.isnan(std) else round(float(std), 4),
-                                 "seeds": int(sub.loc[(m, d), "seeds"]), "paper": pv,
+                                 "seeds": int(r.seeds), "paper": pv,
                                  "diff": None if diff is None else round(float(diff), 4),
-                                 "flag": diff is not None and abs(diff) > FLAG_POINTS, **verdict_columns(v),
-                                 **({"up_bytes": sub.loc[(m, d), "up_bytes"],
-                                     "down_bytes": sub.loc[(m, d), "down_bytes"]} if comm else {})})
+                                 "flag": diff is not None and abs(diff) > FLAG_POINTS,
+                                 **cell_columns(r.rename({"ours": "mean"})),
+                                 **({"up_bytes": r.up_bytes, "down_bytes": r.down_bytes} if comm else {})})
             if "fedavg" in our_avg:
                 pd_ = (f"{paper_avg[m] - paper_avg['fedavg']:+.2f}" if m in paper_avg and "fedavg" in paper_avg
                        else "–")
@@ -361,8 +459,7 @@ def report(table: str, profile: str, runs: list[RunConfig], results_dir: Path) -
             cells.append(f"{order.index(m) + 1} ({paper_order.index(m) + 1 if m in paper_order else '–'})")
             if comm:
                 cells += [f"{sub.loc[(m, 'AVG'), k] / MB:.3f}" for k in ("up_bytes", "down_bytes")]
-            cells.append(mark_counts([v for (ds_, m_, _), v in ver.cells.items() if (ds_, m_) == (ds, m)]))
-            cells.append("⚠" if flag else "")
+            cells += [mark_counts(marks), "⚠" if flag else ""]
             body.append(cells)
         for label, ms in (("not run", not_run), ("not implemented", spec.not_implemented)):  # the paper's row only
             for m in ms:
@@ -379,10 +476,9 @@ def report(table: str, profile: str, runs: list[RunConfig], results_dir: Path) -
             lines += ["", f"Not run yet: {', '.join(not_run)} ({not_run_why(table, ds)})."]
         if flagged:
             lines += ["", f"Cells more than {FLAG_POINTS:g} points from the paper, and what we know of why:", ""]
-            sizes = json.loads((Path(next(c for c in runs if c.dataset == ds).out)
-                                / "config.json").read_text())["test_sizes"]
             lines += [f"- {m}, {d} ({diff:+.2f}): "
-                      + gap_note(table, ds, m, d, diff, std, n_seeds, len(spec.seeds_for(profile)), sizes.get(d))
+                      + gap_note(table, ds, m, d, diff, std, n_seeds, len(spec.seeds_for(profile)),
+                                 sizes.get((ds, d)))
                       for m, d, diff, std, n_seeds in flagged]
         only_avg = {m: ref[m][ds]["AVG"] for m in methods if refs[m] is None and ds in ref.get(m, {})}
         if only_avg:  # the paper's AVG is over all of the dataset's domains: not compared with fewer
@@ -398,9 +494,10 @@ def report(table: str, profile: str, runs: list[RunConfig], results_dir: Path) -
                 lines.append(f"| {m} | {np.mean(got):.2f} | {'–' if pv is None else f'{pv:.2f}'} |")
         if spec.client_avg is not None:
             lines += client_avg_lines(spec, methods, sub, c0, kept, refs)
-        lines += cell_verdict_lines(ver.cells, ds, sub, refs) + claim_lines(ver.claims, ds)
+        lines += cell_verdict_lines(data.cells, ds) + claim_lines(data.claims, ds)
         lines += reading_lines(spec, ds, every, profile)
         lines.append("")
+    lines += plan_lines(plan, data.cells, name)
     fig_dir = results_dir / "figures" / name
     figs = table_figures(table, [Path(c.out) for c in runs], fig_dir, f"{spec.title}, {profile} profile")
     rel = f"figures/{name}"
@@ -413,23 +510,27 @@ def report(table: str, profile: str, runs: list[RunConfig], results_dir: Path) -
         lines += [f"Figure 9 of FedPLVM: {spec.prototype_count_figure}'s local clustered prototypes per class over "
                   f"rounds, per domain ([SVG]({rel}/local_prototypes.svg)).", "",
                   f"![local prototypes per class]({rel}/local_prototypes.png)", ""]
-    df = write_report(results_dir, name, lines, csv_rows, runs)
+    df = write_report(results_dir, name, lines, csv_rows, runs,
+                      {"seeds": data.seeds, "claims": data.claims, "plan": plan})
     log_wandb(table, profile, df, figs)
     return df
 
 
 def write_report(results_dir: Path, name: str, lines: list[str], csv_rows: list[dict],
-                 runs: list[RunConfig]) -> pd.DataFrame:
-    """results_dir/<name>.md (`lines`, then the runs, the code's commits and the hardware) and <name>.csv
-    (`csv_rows`); returns the csv's frame."""
+                 runs: list[RunConfig], data: dict[str, pd.DataFrame] | None = None) -> pd.DataFrame:
+    """results_dir/<name>.md (`lines`, then the runs, the code's commits and the hardware), <name>.csv
+    (`csv_rows`) and each of `data` as <name>-<key>.csv; returns the csv's frame."""
     lines = [*lines, runs_line(runs), ""]
     provs = [json.loads((Path(c.out) / "config.json").read_text()).get("provenance") for c in runs]
     lines += [f"Code: commit {' | '.join(sorted({commit_label(p) for p in provs}))}. "
               f"Hardware: {' | '.join(sorted({hardware_label(p) for p in provs}))}.", ""]
     results_dir.mkdir(parents=True, exist_ok=True)
-    atomic_write(results_dir / f"{name}.md", "\n".join(lines))
     df = pd.DataFrame(csv_rows)
-    atomic_write(results_dir / f"{name}.csv", df.to_csv(index=False))
+    texts = {f"{name}.csv": df.to_csv(index=False),
+             **{f"{name}-{key}.csv": frame.to_csv(index=False) for key, frame in (data or {}).items()},
+             f"{name}.md": "\n".join(lines)}
+    for file, text in texts.items():  # the report last: each file whole, the report written once its data is
+        atomic_write(results_dir / file, text)
     return df
 
 

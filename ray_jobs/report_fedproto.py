@@ -20,6 +20,7 @@ runs of FedProto, FedAvg, FeSEM and FedPer, from the test features each run save
 """
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import numpy as np
@@ -31,8 +32,10 @@ from benchmark.protocols import FEDPROTO_FIGURE3_SHOTS
 from benchmark.results import FEATURES_FILE, atomic_write, read_jsonl, read_summary, run_complete
 from ray_jobs.config import RunConfig
 from ray_jobs.figures import runs_line, table_figures
-from benchmark.verdicts import MARKS_LEGEND, cell_verdict, mark_counts, paired_claim
-from ray_jobs.report import Verdicts, claim_lines, gap_note, verdict_columns
+from benchmark.verdicts import MARKS_LEGEND, cell_frame
+from ray_jobs.cells import TableData, claim_frame, hardware, plan_frame, with_runs
+from ray_jobs.report import (cell_columns, cell_mark, cell_verdict_lines, claim_lines, gap_note, mark_counts,
+                             plan_lines, summary_words, verdict_rule)
 from ray_jobs.run import RunError
 from ray_jobs.tables import TABLES
 
@@ -72,6 +75,7 @@ def collect(runs: list[RunConfig]) -> pd.DataFrame:
     for cfg in runs:
         out = Path(cfg.out)
         s, last = read_summary(out), read_jsonl(out / "metrics.jsonl")[-1]
+        config = json.loads((out / "config.json").read_text())
         official = official_scores(s, last) if "prototype" in s["final"] else None
         for rule in ("prototype", "classifier"):
             if rule in s["final"]:
@@ -81,7 +85,8 @@ def collect(runs: list[RunConfig]) -> pd.DataFrame:
                              "shots": cfg.ways_shots, "seed": cfg.seed, "acc": s["final"][rule],
                              "client_mean": float(np.mean(per_client)), "client_std": float(np.std(per_client)),
                              "official": float(np.mean(off)), "official_std": float(np.std(off)),
-                             "params": uploaded_params(s)})
+                             "params": uploaded_params(s), "preset": cfg.preset, "run": out.name,
+                             "wall_time_s": s.get("wall_time_s"), "hardware": hardware(config)})
     return pd.DataFrame(rows)
 
 
@@ -117,22 +122,35 @@ def paper_value(method: str, rule: str, stdev: int, ways: int) -> tuple[float | 
     return paper.FEDPROTO_TABLE[stdev][method][ways]
 
 
-def verdicts(df: pd.DataFrame) -> Verdicts:
-    """Each compared cell's verdict, ("stdev 2", method, "n = 3") -> our seeds (the headline rule's) against the
-    paper's mean (a one-sample t-test: the paper's ± is over the clients of its run, not over runs); each claim's
-    (`TABLES["fedproto"].claims`), paired over the seeds whose rows ran every n."""
-    out = Verdicts()
+def seed_rows(df: pd.DataFrame) -> pd.DataFrame:
+    """The tidy frame of `collect`'s headline rows (FedProto's prototype inference, the baselines' classifier) of
+    Tables 1 and 2: a cell per ("stdev 2", method, "n = 3"), each primary (the paper's cells have no domains); the
+    paper's mean is one run's (its ± over clients: `paper.SEEDS`)."""
+    spec = TABLES["fedproto"]
     head = df[(df.shots == SHOTS) & (df.rule == df.method.map(headline_rule))]
-    for (m, sd, w), g in head.groupby(["method", "stdev", "ways"], sort=False):
-        out.cells[(f"stdev {sd}", m, f"n = {w}")] = cell_verdict(list(g.acc), paper.FEDPROTO_TABLE[sd][m][w][0])
+    return pd.DataFrame({"table": "fedproto", "dataset": [f"stdev {sd}" for sd in head.stdev], "method": head.method,
+                         "domain": [f"n = {w}" for w in head.ways], "seed": head.seed, "value": head.acc,
+                         "paper": [paper.FEDPROTO_TABLE[sd][m][w][0] for m, sd, w in
+                                   zip(head.method, head.stdev, head.ways)],
+                         "paper_runs": spec.paper_runs, "paper_seeds": spec.paper_seeds, "paper_std": np.nan,
+                         "margin": spec.margin.avg,
+                         "endpoint": "primary", "test_size": None, "preset": head.preset, "run": head.run,
+                         "wall_time_s": head.wall_time_s, "hardware": head.hardware})
+
+
+def verdicts(df: pd.DataFrame) -> TableData:
+    """Each compared cell's verdict (`seed_rows`, `benchmark.verdicts.cell_frame`: the spread pooled over the methods
+    at each stdev and n); each claim's (`TABLES["fedproto"].claims`), paired over the seeds whose rows ran every n."""
+    seeds = seed_rows(df)
+    items = []
     for claim in TABLES["fedproto"].claims:
-        per_seed = {}
+        per_seed = []
         for m in (claim.minuend, claim.subtrahend):
-            g = head[(head.method == m) & (head.stdev == int(claim.dataset.split()[1]))].groupby("seed").acc
-            per_seed[m] = {s: v for s, v, n in zip(g.mean().index, g.mean(), g.count()) if n == len(WAYS)}
-        out.claims.append((claim, claim.paper, paired_claim(per_seed[claim.minuend], per_seed[claim.subtrahend],
-                                                            claim.paper)))
-    return out
+            g = seeds[(seeds.method == m) & (seeds.dataset == claim.dataset)].groupby("seed").value
+            per_seed.append({s: v for s, v, n in zip(g.mean().index, g.mean(), g.count()) if n == len(WAYS)})
+        items.append((claim, claim.paper, *per_seed))
+    return TableData("fedproto", seeds, with_runs(cell_frame(seeds), seeds) if len(seeds) else pd.DataFrame(),
+                     claim_frame("fedproto", items))
 
 
 def figure3_lines(agg: pd.DataFrame, shots: list[int], drawn: bool) -> list[str]:
@@ -170,7 +188,7 @@ def report(profile: str, runs: list[RunConfig], results_dir: Path) -> tuple[pd.D
     planned = {(c.method, c.ways_stdev) for c in runs if c.ways_shots == SHOTS}
     planned_k = sorted({c.ways_shots for c in runs if c.method in paper.FEDPROTO_FIGURE3 and c.ways == 3
                         and c.ways_stdev == 2} if any(c.ways_shots != SHOTS for c in runs) else [])
-    runs = [c for c in runs if run_complete(c)]
+    every, runs = runs, [c for c in runs if run_complete(c)]
     if not runs:
         raise RunError("no complete run of table fedproto to report; run its sweep first (make table-fedproto).")
     df = collect(runs)
@@ -182,12 +200,20 @@ def report(profile: str, runs: list[RunConfig], results_dir: Path) -> tuple[pd.D
     title = f"# {TABLES['fedproto'].title}: reproduction ({profile} profile"
     title += ", SMOKE SETTINGS: not comparable to the paper)" if profile == "smoke" else ")"
     ver = verdicts(df)
-    lines = [title, "", f"**Verdicts: {ver.summary()}.** Verdicts at 5% (`benchmark/verdicts.py`): a cell ("
-             f"{MARKS_LEGEND}), a one-sample t-test of our seeds against the paper's mean (the paper states no number "
-             "of runs and its ± is over the clients of a run, not over runs); with one seed, undecided, and no spread "
-             "to plan more seeds from. A claim (its bold row: FedProto above each baseline, on the mean over n at "
-             "each stdev), paired over the seeds both rows ran at every n: a paired t-test with 3 pairs or more, a "
-             "sign test with fewer.", "",
+    verdict_of = {k: r for k, r in ver.cells.set_index(["dataset", "method", "domain"]).iterrows()} \
+        if len(ver.cells) else {}
+
+    def units(dataset: str, method: str, domain: str) -> list[tuple[str, str]]:  # a cell's runs (AVG: every n's)
+        sd, ways = int(dataset.split()[1]), None if domain == "AVG" else int(domain.split()[-1])
+        return list(dict.fromkeys((c.preset, method) for c in every if c.method == method and c.ways_shots == SHOTS
+                                  and c.ways_stdev == sd and ways in (None, c.ways)))
+    margin = TABLES["fedproto"].margin.avg
+    lines = [title, "", f"**Verdicts at ±{margin:.2f}: {summary_words(ver.counts(), margin)}.** "
+             f"{verdict_rule(TABLES['fedproto'])} "
+             f"Here every cell ({MARKS_LEGEND}) is primary (one stdev and n, the headline inference rule), the "
+             "spread pooled over the methods at each stdev and n; the paper states no number of runs and its ± is "
+             "over the clients of a run (taken as one run). A claim: its bold row, FedProto above each baseline, on "
+             "the mean over n at each stdev, paired over the seeds both rows ran at every n.", "",
              f"Presets fedproto-mnist-n3|n4|n5 (stdev of n 2) and -s3 (stdev 3) (20 clients, n-way k-shot, k ≈ 100, "
              f"40 test samples per class): {c0.rounds} rounds x {c0.local_epochs} local epoch, batch {c0.batch_size}, "
              f"lr {c0.lr:g}, momentum {c0.momentum:g}, client fraction {c0.client_fraction:g}; seeds "
@@ -232,16 +258,17 @@ def report(profile: str, runs: list[RunConfig], results_dir: Path) -> tuple[pd.D
                 cells_far.append(f"stdev {stdev} n = {w} {ours:.2f} vs {pv:.2f} ± {pstd:.2f} ({diff:+.2f}; our client "
                                  f"std {sub.loc[w, 'client_std']:.2f})")
             std_s = "" if np.isnan(std) else f" ± {std:.2f}"
-            v = ver.cells.get((f"stdev {stdev}", method, f"n = {w}")) if rule == headline_rule(method) else None
+            v = verdict_of.get((f"stdev {stdev}", method, f"n = {w}")) if rule == headline_rule(method) else None
             cells.append(f"{ours:.2f}{std_s}" + ("" if pv is None else f" ({pv:.2f}, {diff:+.2f})")
-                         + ("" if v is None else f" {v.short()}"))
+                         + ("" if v is None else f" {cell_mark(v)}"))
             csv_rows.append({"profile": profile, "method": method, "rule": rule, "stdev": stdev, "ways": w,
                              "shots": SHOTS, "ours_mean": round(float(ours), 4),
                              "ours_std": None if np.isnan(std) else round(float(std), 4),
                              "seeds": int(sub.loc[w, "seeds"]), "client_std": round(float(sub.loc[w, "client_std"]), 4),
                              **official_cells(sub.loc[w]),
                              "paper": pv, "diff": None if diff is None else round(float(diff), 4),
-                             "params_per_round": int(sub.loc[w, "params"]), **verdict_columns(v)})
+                             "params_per_round": int(sub.loc[w, "params"]),
+                             **({} if v is None else cell_columns(v))})
         cells.append(" / ".join(f"{sub.loc[w, 'client_mean']:.2f} ± {sub.loc[w, 'client_std']:.2f}"
                                 if w in sub.index else "–" for w in WAYS))
         cells.append(" / ".join(f"{sub.loc[w, 'official']:.2f} ± {sub.loc[w, 'official_std']:.2f}"
@@ -249,11 +276,14 @@ def report(profile: str, runs: list[RunConfig], results_dir: Path) -> tuple[pd.D
         cells.append(paper_statistic(method, rule))
         cells.append(" / ".join(f"{sub.loc[w, 'params'] / 1e3:.1f}k" if w in sub.index else "–" for w in WAYS)
                      + f" ({paper.FEDPROTO_COMM_PARAMS_K[method]}k; {paper.FEDPROTO_COMM_ROUNDS[method]} rounds)")
-        cells.append(mark_counts([v for (sd, m, _), v in ver.cells.items() if (sd, m) == (f"stdev {stdev}", method)])
-                     if rule == headline_rule(method) else "–")
+        cells.append(mark_counts([cell_mark(v) for (sd, m, _), v in verdict_of.items()
+                                  if (sd, m) == (f"stdev {stdev}", method)]) if rule == headline_rule(method) else "–")
         cells.append("⚠" if flag else "")
         lines.append("| " + " | ".join(cells) + " |")
-    lines += [*(line for sd in STDEVS for line in claim_lines(ver.claims, f"stdev {sd}")), ""]
+    lines += [*(line for sd in STDEVS for line in claim_lines(ver.claims, f"stdev {sd}")
+                + cell_verdict_lines(ver.cells, f"stdev {sd}")), ""]
+    plan = plan_frame(ver, every, units, not_run=[])
+    lines += plan_lines(plan, ver.cells, "tablefedproto")
     if far:
         lines += ["Cells further from the paper than its ±, and what we know of why:", "",
                   *(f"- {row}: {'; '.join(cells)}. {why[0].upper()}{why[1:]}."
@@ -291,7 +321,8 @@ def report(profile: str, runs: list[RunConfig], results_dir: Path) -> tuple[pd.D
                              "paper": None, "diff": None, "params_per_round": int(row.params)})
     lines += [runs_line(runs), ""]
     results_dir.mkdir(parents=True, exist_ok=True)
-    atomic_write(results_dir / "tablefedproto.md", "\n".join(lines))
     out = pd.DataFrame(csv_rows)
-    atomic_write(results_dir / "tablefedproto.csv", out.to_csv(index=False))
+    for name, frame in (("", out), ("-seeds", ver.seeds), ("-claims", ver.claims), ("-plan", plan)):
+        atomic_write(results_dir / f"tablefedproto{name}.csv", frame.to_csv(index=False))
+    atomic_write(results_dir / "tablefedproto.md", "\n".join(lines))  # the report once its data is written
     return out, figs

@@ -8,7 +8,7 @@ table's by `ray_jobs.plan`); a value equal to the method's default is its plain 
 The paper gives these figures as plots only: no numbers to compare, so the cells are ours alone, per method, value and
 domain the mean ± std over seeds of the table's metric (FedPLVM's: the final round). What the paper says of them in
 words is the table's claims (`Table.claims`: a row above another), each tested paired over the seeds both rows have
-(`benchmark.verdicts.claim_verdict`, as every table's claims).
+(`benchmark.verdicts.claim_verdict`, as every table's claims: `ray_jobs.cells.claim_frame`).
 """
 from __future__ import annotations
 
@@ -20,11 +20,12 @@ import pandas as pd
 
 from benchmark.data import DATASETS
 from benchmark.results import read_summary, run_complete
-from benchmark.verdicts import ALPHA, MAX_SEEDS, POWER, paired_claim
+from benchmark.verdicts import ALPHA, MIN_PAIRS
 from lightning_modules.registry import METHODS
 from ray_jobs.config import RunConfig
 from ray_jobs.figures import table_figures
-from ray_jobs.report import Verdicts, claim_lines, setting_line, write_report
+from ray_jobs.cells import TableData, claim_frame
+from ray_jobs.report import claim_lines, setting_line, write_report
 from ray_jobs.run import RunError
 from ray_jobs.tables import METRICS, TABLES, make_target, report_name
 
@@ -58,11 +59,11 @@ def row_runs(table: str, profile: str, every: list[RunConfig], dataset: str, met
     return plain
 
 
-def grid_verdicts(table: str, profile: str, every: list[RunConfig]) -> Verdicts:
+def grid_verdicts(table: str, profile: str, every: list[RunConfig]) -> TableData:
     """The verdict of each of the grid's claims on the datasets it has runs of: the differences of the two rows' AVG
     (the table's metric) seed by seed over the seeds both have complete, against the paper's words (minuend
     above)."""
-    spec, out, rows = TABLES[table], Verdicts(), {}
+    spec, rows = TABLES[table], {}
 
     def avg(dataset: str, method: str, value: float | None) -> dict[int, float]:  # a row's, read once
         if (dataset, method, value) not in rows:
@@ -71,10 +72,9 @@ def grid_verdicts(table: str, profile: str, every: list[RunConfig]) -> Verdicts:
                                               if run_complete(c)}
         return rows[(dataset, method, value)]
 
-    for claim in (c for c in spec.claims if any(r.dataset == c.dataset for r in every)):
-        out.claims.append((claim, 1.0, paired_claim(avg(claim.dataset, claim.minuend, claim.minuend_value),
-                                                    avg(claim.dataset, claim.subtrahend, claim.subtrahend_value), 1.0)))
-    return out
+    return TableData(table, pd.DataFrame(), pd.DataFrame(), claim_frame(
+        table, [(c, None, avg(c.dataset, c.minuend, c.minuend_value), avg(c.dataset, c.subtrahend, c.subtrahend_value))
+                for c in spec.claims if any(r.dataset == c.dataset for r in every)]))
 
 
 def report(table: str, profile: str, runs: list[RunConfig], results_dir: Path) -> tuple[pd.DataFrame, dict]:
@@ -104,13 +104,13 @@ def report(table: str, profile: str, runs: list[RunConfig], results_dir: Path) -
              f"model, {METRICS[spec.metric]}; mean ± std over seeds {list(spec.seeds_for(profile))}"
              + ("" if len(runs) == len(every) else ", (n seeds) where fewer ran") + ".", ""]
     ver = grid_verdicts(table, profile, every)
-    if ver.claims:
-        claims = ver.counts()[1]
+    if len(ver.claims):
+        k = ver.counts()
         lines += [f"Claims: what the paper says of this figure in words, a row above another, each tested on the "
-                  f"differences of the rows' AVG seed by seed over the seeds both have (at {ALPHA:.0%}: a paired "
-                  f"t-test with 3 pairs or more, a sign test with fewer; an undecided one: the seeds that would decide "
-                  f"it at {POWER:.0%} power from our spread, at most {MAX_SEEDS}): {claims['holds']} holding, "
-                  f"{claims['reversed']} reversed, {claims['undecided']} undecided.", ""]
+                  f"differences of the rows' AVG seed by seed over the seeds both have (a one-sided paired t-test at "
+                  f"{ALPHA:.0%}, with {MIN_PAIRS} pairs or more; the paper gives no number, so no size, and no gap to "
+                  f"plan more pairs against): {k['claims_holds']} holding, {k['claims_reversed']} reversed, "
+                  f"{k['claims_undecided']} undecided.", ""]
     csv_rows = []
     for ds in dict.fromkeys(c.dataset for c in every):
         mine = [c for c in every if c.dataset == ds]
@@ -140,4 +140,4 @@ def report(table: str, profile: str, runs: list[RunConfig], results_dir: Path) -
     rel = f"figures/{name}"
     lines += [f"Figure: {METRICS[spec.metric]} against {hparam}, a line per method and domain (AVG thick), error bars "
               f"± std over seeds ([SVG]({rel}/grid.svg)).", "", f"![accuracy against {hparam}]({rel}/grid.png)", ""]
-    return write_report(results_dir, name, lines, csv_rows, runs), figs
+    return write_report(results_dir, name, lines, csv_rows, runs, {"claims": ver.claims}), figs

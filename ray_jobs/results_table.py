@@ -4,14 +4,15 @@
     python -m ray_jobs.results_table --write    # replace them in README.md and docs/results.md (between the markers)
 
 The README's: a row per published table (`PUBLISHED`: the tables and domains we run): its runs complete of those
-planned, its compared cells consistent / differing / undecided and its claims holding (`ray_jobs.report.verdicts`),
-Kendall's tau between our AVG order of the methods and the paper's, and links to its section of docs/results.md and
-its report. docs/results.md's, per published table: per dataset and method our mean ± std over seeds of the table's
+planned, its margin, its primary cells equivalent / differing / inconclusive and its claims' direction and size
+(`ray_jobs.cells`, each table's data built once from its run folders), Kendall's tau between our AVG order of the
+methods and the paper's, and links to its section of docs/results.md and its report; the totals count a cell two tables
+share once. docs/results.md's, per published table: per dataset and method our mean ± std over seeds of the table's
 metric on every domain run, beside the paper's value, with each cell's verdict, the AVG's difference, the seeds, rows
-not run and domains whose data is missing; Kendall's tau; the paper's claims and their verdicts; when, on what and
-with which command the runs were made, their wall times, and a link to the full report (`make table...` writes it).
-A grid (FedPLVM's Figures 4 and 5, plots without numbers in the paper): per dataset and method our AVG by the grid's
-value, with its figure. Last, the registered tables not published yet, with how many of their runs are complete.
+not run and domains whose data is missing; Kendall's tau; the paper's claims and their verdicts; when, on what and with
+which command the runs were made, their wall times, and a link to the full report (`make table...` writes it). A grid
+(FedPLVM's Figures 4 and 5, plots without numbers in the paper): per dataset and method our AVG by the grid's value,
+with its figure. Last, the registered tables not published yet, with how many of their runs are complete.
 tests/test_results_table.py checks that both hold exactly what this prints.
 """
 from __future__ import annotations
@@ -25,6 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 from scipy.stats import kendalltau
 
 from benchmark import paper
@@ -37,8 +39,9 @@ from lightning_modules.registry import METHODS
 from ray_jobs import report_fedproto, report_grid
 from ray_jobs.cli import OneLineParser
 from ray_jobs.plan import plan
-from benchmark.verdicts import ALPHA, MARKS_LEGEND
-from ray_jobs.report import Verdicts, claim_lines, collect, verdicts
+from benchmark.verdicts import MARKS_LEGEND, MAX_SEEDS, POWER
+from ray_jobs.cells import TableData, build, counts
+from ray_jobs.report import cell_mark, claim_lines, summary_words
 from ray_jobs.tables import METRICS, TABLES, make_target, report_name
 
 README = Path(__file__).resolve().parent.parent / "README.md"
@@ -127,7 +130,7 @@ class Entry:
     table: str
     runs: int
     planned: int
-    verdicts: Verdicts | None = None  # a grid's: its claims alone (no numbers in the paper)
+    data: TableData | None = None  # its cells and claims (a grid's: its claims alone, no numbers in the paper)
     taus: dict[str, float | None] = field(default_factory=dict)
 
 
@@ -135,21 +138,20 @@ def domain_table(table: str, runs_planned, domains: list[str] | None) -> tuple[l
     """A table's section of docs/results.md, and its row of the README's summary."""
     spec = TABLES[table]
     runs = [c for c in runs_planned if run_complete(c)]
-    entry = Entry(table, len(runs), len(runs_planned), Verdicts())
+    entry = Entry(table, len(runs), len(runs_planned))
     if not runs:
         return [f"## {spec.title}", "", f"Not run yet: `make {make_target(table)}`.", ""], entry
-    agg = collect(runs, spec.metric)
-    datasets = list(dict.fromkeys(c.dataset for c in runs_planned))
-    ver = entry.verdicts = verdicts(spec, agg, {ds: [d for d in DATASETS[ds] if d in next(
-        c for c in runs_planned if c.dataset == ds).domains] for ds in datasets})
+    data = entry.data = build(table, runs_planned)
+    view = data.cells.set_index(["dataset", "method", "domain"])
     out = [f"## {spec.title}", "", f"{METRICS[spec.metric].capitalize()}, mean ± std over seeds (paper) and each "
-           f"cell's verdict ({MARKS_LEGEND}); {ver.summary()}. " + provenance_line(runs, table, domains), ""]
+           f"cell's verdict at ±{spec.margin.avg:.2f} ({MARKS_LEGEND}; →n: n seeds would show equivalence at "
+           f"{POWER:.0%} power, ⊘: none would, the paper's floor); {summary_words(data.counts(), spec.margin.avg)}. "
+           + provenance_line(runs, table, domains), ""]
     for ds in dict.fromkeys(c.dataset for c in runs_planned):
         doms = list(DATASETS[ds])
         kept = [d for d in doms if d in next(c for c in runs_planned if c.dataset == ds).domains]
         methods = list(dict.fromkeys(c.method for c in runs_planned if c.dataset == ds))
         done = set(c.method for c in runs if c.dataset == ds)
-        sub = agg[agg.dataset == ds].set_index(["method", "domain"])
         avg = "AVG" if kept == doms else f"AVG of {len(kept)}"
         out += [f"{NAMES[ds]}:", "", "| method | seeds | " + " | ".join(kept) + f" | {avg} | Δ AVG |",
                 "|---|---|" + "---|" * (len(kept) + 2)]
@@ -163,25 +165,32 @@ def domain_table(table: str, runs_planned, domains: list[str] | None) -> tuple[l
                 continue
             cells = []
             for d in kept + ["AVG"]:
-                o, s = sub.loc[(m, d), "ours"], sub.loc[(m, d), "std"]
-                v = ver.cells.get((ds, m, d))
-                cells.append(f"{o:.2f}" + ("" if np.isnan(s) else f" ± {s:.2f}")
-                             + (f" ({ref[d]:.2f})" if d in ref else "") + ("" if v is None else f" {v.short()}"))
-            ours_avg[m] = float(sub.loc[(m, "AVG"), "ours"])
+                r = view.loc[(ds, m, d)]
+                cells.append(f"{r['mean']:.2f}" + ("" if np.isnan(r['std']) else f" ± {r['std']:.2f}")
+                             + (f" ({ref[d]:.2f})" if d in ref else "") + (f" {short_mark(r)}" if r.compared else ""))
+            ours_avg[m] = float(view.loc[(ds, m, "AVG"), "mean"])
             if "AVG" in ref:
                 paper_avg[m] = ref["AVG"]
             elif ds in spec.paper.get(m, {}):
                 only_avg[m] = spec.paper[m][ds]["AVG"]
             delta = f"{ours_avg[m] - paper_avg[m]:+.2f}" if m in paper_avg else "–"
-            out.append(f"| {m} | {int(sub.loc[(m, 'AVG'), 'seeds'])} | " + " | ".join(cells) + f" | {delta} |")
+            out.append(f"| {m} | {int(view.loc[(ds, m, 'AVG'), 'seeds'])} | " + " | ".join(cells) + f" | {delta} |")
         notes = [MISSING_DATA[d] for d in doms if d not in kept and d in MISSING_DATA]
         if only_avg:
             notes.append("the paper gives only an AVG over all its domains here (" + ", ".join(
                 f"{m} {v:.2f}" for m, v in only_avg.items()) + "), not compared with an AVG over fewer")
         entry.taus[ds] = tau_value(ours_avg, paper_avg)
         out += ["", tau(ours_avg, paper_avg) + "." + "".join(f" Not run: {n}." for n in notes)]
-        out += claim_lines(ver.claims, ds) + [""]
+        out += claim_lines(data.claims, ds) + [""]
     return out, entry
+
+
+def short_mark(r) -> str:
+    """A cell's mark, an inconclusive one's with the seeds that would decide it (?→5) or none would (?⊘)."""
+    if r.verdict != "inconclusive":
+        return cell_mark(r)
+    return "?" + (f"→{int(r.seeds_needed)}" if pd.notna(r.seeds_needed) else
+                  "⊘" if r.needed_why.startswith("none would") else "")
 
 
 def grid_table(table: str, runs_planned, domains: list[str] | None) -> tuple[list[str], Entry]:
@@ -206,24 +215,27 @@ def grid_table(table: str, runs_planned, domains: list[str] | None) -> tuple[lis
                  for v in values]
         out.append(f"| {NAMES[ds]} | {m} | " + " | ".join(cells) + " |")
     claims = [line for ds in dict.fromkeys(c.dataset for c in runs_planned)
-              for line in claim_lines(entry.verdicts.claims, ds)]
+              for line in claim_lines(entry.data.claims, ds)]
     return out + ["", f"![{spec.title}]({TO_ROOT}results/figures/{report_name(table)}/grid.png)", *claims, ""], entry
 
 
 def fedproto_table(runs_planned) -> tuple[list[str], Entry]:
     """Tables 1 and 2 (k = 100); Figure 3's runs (other k) are in the table's own report."""
     spec = TABLES["fedproto"]
-    entry = Entry("fedproto", sum(map(run_complete, runs_planned)), len(runs_planned), Verdicts())
+    entry = Entry("fedproto", sum(map(run_complete, runs_planned)), len(runs_planned))
     runs_planned = [c for c in runs_planned if c.ways_shots == SHOTS]
     runs = [c for c in runs_planned if run_complete(c)]
     if not runs:
         return [f"## {spec.title}", "", "Not run yet: `make table-fedproto`.", ""], entry
     df = report_fedproto.collect(runs)
-    ver = entry.verdicts = report_fedproto.verdicts(df)
+    ver = entry.data = report_fedproto.verdicts(df)
+    view = ver.cells.set_index(["dataset", "method", "domain"])
+    margin = spec.margin.avg
     ways = report_fedproto.WAYS
     out = [f"## {spec.title}", "", "Final-round accuracy (%), the mean over clients ± their std, ours (the "
-           f"paper's) and each cell's verdict ({MARKS_LEGEND}; a one-sample t-test: the paper's ± is over clients); "
-           f"{ver.summary()}; seeds {', '.join(map(str, spec.seeds))}. " + provenance_line(runs, "fedproto", None), "",
+           f"paper's) and each cell's verdict at ±{margin:.2f} ({MARKS_LEGEND}; the paper's ± is over clients, its "
+           f"mean one run's); {summary_words(ver.counts(), margin)}; seeds {', '.join(map(str, spec.seeds))}. "
+           + provenance_line(runs, "fedproto", None), "",
            "| method | stdev | " + " | ".join(f"n = {w}" for w in ways) + " |", "|---|---|" + "---|" * len(ways)]
     ours_mean, paper_mean = {}, {}
     for sd in report_fedproto.STDEVS:
@@ -234,9 +246,9 @@ def fedproto_table(runs_planned) -> tuple[list[str], Entry]:
             for w in ways:
                 row = got[got.ways == w]
                 pv, ps = paper.FEDPROTO_TABLE[sd][m][w]
-                v = ver.cells.get((f"stdev {sd}", m, f"n = {w}"))
                 cells.append("not run (paper {:.2f} ± {:.2f})".format(pv, ps) if row.empty else
-                             f"{row.acc.mean():.2f} ± {row.client_std.mean():.2f} ({pv:.2f} ± {ps:.2f}) {v.short()}")
+                             f"{row.acc.mean():.2f} ± {row.client_std.mean():.2f} ({pv:.2f} ± {ps:.2f}) "
+                             f"{short_mark(view.loc[(f'stdev {sd}', m, f'n = {w}')])}")
             if got.ways.nunique() == len(ways):
                 ours_mean[(m, sd)] = float(got.acc.mean())
                 paper_mean[(m, sd)] = float(np.mean([paper.FEDPROTO_TABLE[sd][m][w][0] for w in ways]))
@@ -255,13 +267,29 @@ def anchor(heading: str) -> str:
 def summary_row(e: Entry) -> str:
     """A published table's row of the README's Results."""
     spec = TABLES[e.table]
-    c, k = e.verdicts.counts()
-    cells = "– (a plot)" if spec.grid else f"{c['consistent']} / {c['differs']} / {c['undecided']}"
-    claims = (f"{k['holds']} of {len(e.verdicts.claims)}" + (f" ({k['reversed']} reversed)" if k["reversed"]
-                                                                else "") if e.verdicts.claims else "–")
+    k = e.data.counts() if e.data is not None else counts(pd.DataFrame(), pd.DataFrame())
+    cells = ("– (a plot)" if spec.grid else "–" if not k["primary_cells"] else
+             f"{k['primary_equivalent']} / {k['primary_differs']} / {k['primary_inconclusive']}")
+    sized = k["claims_size_reproduced"] + k["claims_size_differs"] or spec.grid is None  # a grid's claims: words
+    claims = (f"{k['claims_holds']} / {k['claims_size_reproduced'] if sized else '–'} of {k['claims']}"
+              + (f" ({k['claims_reversed'] + k['claims_fails']} reversed or failing)"
+                 if k["claims_reversed"] + k["claims_fails"] else "") if k["claims"] else "–")
+    margin = "–" if spec.margin is None or spec.grid else f"±{spec.margin.avg:.2f}"
     taus = "; ".join(f"{NAMES[ds]} {'–' if t is None else f'{t:+.2f}'}" for ds, t in e.taus.items()) or "–"
-    return (f"| [{spec.title}](docs/results.md#{anchor(spec.title)}) | {e.runs} of {e.planned} | {cells} | {claims} | "
-            f"{taus} | [{report_name(e.table)}.md](results/{report_name(e.table)}.md) |")
+    return (f"| [{spec.title}](docs/results.md#{anchor(spec.title)}) | {e.runs} of {e.planned} | {margin} | {cells} "
+            f"| {claims} | {taus} | [{report_name(e.table)}.md](results/{report_name(e.table)}.md) |")
+
+
+def totals(entries: list[Entry]) -> dict[str, int]:
+    """Every published table's counts together, a cell two tables share (the same runs against the same paper value)
+    and a claim two tables share (the same rows, gap and dataset) once, at the first table's verdict."""
+    cells = pd.concat([e.data.cells for e in entries if e.data is not None and len(e.data.cells)])
+    claims = pd.concat([e.data.claims for e in entries if e.data is not None and len(e.data.claims)])
+    cells = cells[cells.compared].drop_duplicates(["dataset", "method", "domain", "paper", "runs"])
+    claims = claims.drop_duplicates(["dataset", "minuend", "subtrahend", "minuend_value", "subtrahend_value",
+                                     "paper_gap", "seeds"])
+    return counts(cells, claims) | {"never": int((cells.endpoint == "primary").mul(
+        cells.needed_why.str.startswith("none would")).sum())}
 
 
 def tables(results_dir: Path) -> tuple[list[str], list[Entry]]:
@@ -279,27 +307,33 @@ def tables(results_dir: Path) -> tuple[list[str], list[Entry]]:
 def section(results_dir: Path = Path("results")) -> str:
     """The README's Results: a row per published table."""
     entries = tables(results_dir)[1]
-    cells, claims = Counter(), Counter()
-    for e in entries:
-        if e.verdicts is not None:
-            cells.update(e.verdicts.counts()[0])
-            claims.update(e.verdicts.counts()[1])
+    k = totals(entries)
     return "\n".join([
         BEGIN, "## Results", "",
         "Our numbers beside the papers', from the run folders committed under `results/runs/` (each one's "
-        "`config.json` says how it was made), one row per paper table: its runs complete of those planned; its "
-        "compared cells (one method's accuracy on a domain, or its AVG) consistent with the paper's / differing / "
-        f"undecided (one seed), each tested at {ALPHA:.0%} (`benchmark/verdicts.py`: Welch's t-test where the paper "
-        "prints a std over its runs, else a one-sample t-test of our seeds against its mean); the paper's claims "
-        "(one row above another) that hold in our seeds, paired seed by seed; Kendall's tau of our AVG order of the "
-        "methods against the paper's. The full tables with each cell's verdict, the claims, grids and figures: "
-        "[docs/results.md](docs/results.md); each table's report has every cell's test, p-value and interval, and "
-        "the seeds each undecided cell or claim needs.", "",
-        "| paper table | runs | cells consistent / differ / undecided | claims holding | Kendall's tau | report |",
-        "|---|---|---|---|---|---|", *map(summary_row, entries), "",
-        f"In all: {sum(cells.values())} compared cells, {cells['consistent']} consistent, {cells['differs']} differ, "
-        f"{cells['undecided']} undecided; {sum(claims.values())} claims, {claims['holds']} holding, "
-        f"{claims['reversed']} reversed, {claims['undecided']} undecided.", "", END])
+        "`config.json` says how it was made), one row per paper table: its runs complete of those planned; the "
+        "margin ±δ its verdicts use (the smallest gap between two rows the paper ranks: a reproduction coarser than "
+        "that cannot keep its ranking); its primary cells (each method's AVG per dataset) equivalent to the paper's "
+        "within ±δ (two one-sided tests at 5%, with the paper's own runs in the standard error) / differing from it "
+        "(the 95% interval of ours − paper excludes 0, Benjamini-Hochberg over the table's primary cells) / "
+        "inconclusive (`benchmark/verdicts.py`); the paper's claims (one row above another) whose direction holds in "
+        "our seeds (a one-sided paired t-test at 5%) / whose size, the paper's gap, lies inside our paired 95% "
+        "interval, of all; Kendall's tau of our AVG order of the methods against the paper's. The full tables with "
+        "each cell's verdict, the domain cells, claims, grids and figures: [docs/results.md](docs/results.md); each "
+        "table's report has every cell's interval, the finest margin the paper's own runs allow, and the runs that "
+        f"would decide the rest ({POWER:.0%} power, at most {MAX_SEEDS} seeds; results/table<N>-plan.csv); every "
+        "number behind a verdict is in results/table<N>-seeds.csv.", "",
+        "| paper table | runs | ±δ | primary cells equivalent / differ / inconclusive | claims: direction holds / "
+        "size within our interval | Kendall's tau | report |",
+        "|---|---|---|---|---|---|---|", *map(summary_row, entries), "",
+        f"In all (a cell two tables share, the same runs against the same paper value, counted once): "
+        f"{k['primary_cells']} primary cells, {k['primary_equivalent']} equivalent within their table's ±δ, "
+        f"{k['primary_differs']} differ ({k['primary_beyond']} beyond ±δ), {k['primary_inconclusive']} inconclusive "
+        f"({k['never']} of them beyond what any number of our seeds could decide: the paper's own runs); "
+        f"{k['secondary_cells']} domain cells, {k['secondary_equivalent']} equivalent, {k['secondary_differs']} "
+        f"differ, {k['secondary_inconclusive']} inconclusive; {k['claims']} claims, direction {k['claims_holds']} "
+        f"holding, {k['claims_reversed'] + k['claims_fails']} reversed or failing, {k['claims_undecided']} "
+        f"undecided, size {k['claims_size_reproduced']} inside our interval.", "", END])
 
 
 def page(results_dir: Path = Path("results")) -> str:
