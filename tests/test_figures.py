@@ -147,8 +147,10 @@ def test_regenerate_draws_a_report_as_the_report_did(constructed, tmp_path, monk
                                         + cli.runs_line(order) + "\n")
     assert cli.regenerate([tmp_path])
     assert drawn == [("2", "FPL Table 2, full profile", ["fpl", "fedavg"], ["fpl", "fedavg"])]
-    assert cli.runs_line(order + order[:1]) == ("Runs: fpl-digits-no_svhn-code-seed0, fpl-digits-no_svhn-code-seed1, "
-                                                "fedavg-digits-no_svhn-code-seed0, fedavg-digits-no_svhn-code-seed1")
+    short = f"-rounds{ROUNDS}"  # the runs' departure from FPL's 100 rounds, in their names
+    assert cli.runs_line(order + order[:1]) == (
+        f"Runs: fpl-digits-no_svhn-code{short}-seed0, fpl-digits-no_svhn-code{short}-seed1, "
+        f"fedavg-digits-no_svhn-code{short}-seed0, fedavg-digits-no_svhn-code{short}-seed1")
 
 
 def test_regenerate_of_a_folder_that_is_not_there_says_so(tmp_path, capsys):
