@@ -29,6 +29,12 @@ def runs_line(runs) -> str:
     return RUNS_LINE + ", ".join(dict.fromkeys(c.run_name for c in runs))
 
 
+def listed_runs(md: Path) -> list[str]:
+    """The run names of a table report's (last) runs line, [] without one."""
+    names = [ln[len(RUNS_LINE):].split(", ") for ln in Path(md).read_text().splitlines() if ln.startswith(RUNS_LINE)]
+    return names[-1] if names else []
+
+
 def table_figures(table: str, run_dirs, out_dir: Path, title: str = "") -> dict:
     """A table report's figures in out_dir: curves.{png,svg} and bars.{png,svg} beside the paper's table; a grid
     table's (FedPLVM's Figures 4 and 5) grid.{png,svg}, accuracy against the hyperparameter's value. Returns
@@ -68,8 +74,7 @@ def regenerate(results_dirs) -> list[Path]:
     for results_dir in map(Path, results_dirs):
         for md in sorted(results_dir.glob("table*.md")):
             table = md.stem.removeprefix("table").removeprefix("-")  # table2 -> 2, table-fedapc -> fedapc
-            names = [ln[len(RUNS_LINE):].split(", ") for ln in md.read_text().splitlines() if ln.startswith(RUNS_LINE)]
-            run_dirs = [results_dir / "runs" / n for n in (names[-1] if names else [])]
+            run_dirs = [results_dir / "runs" / n for n in listed_runs(md)]
             missing = [d.name for d in run_dirs if not (d / "summary.json").is_file()]
             head = md.read_text().splitlines()[0].lstrip("# ")
             smoke = "smoke profile" in head

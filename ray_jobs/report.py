@@ -534,11 +534,24 @@ def write_report(results_dir: Path, name: str, lines: list[str], csv_rows: list[
     return df
 
 
+def client_avg(spec, method: str, ours: dict[str, float], layout: dict[str, int],
+               ref: dict) -> tuple[float, float | None]:
+    """A method's AVG over clients (FedPLVM's Table 10's Avg) on the domains run, those of `ours` (its accuracy per
+    domain): each domain's accuracy weighted by its clients in `layout`; ours and the paper's (its printed Avg when
+    every domain ran, else the same weighting of its values `ref` on the domains run, None without them)."""
+    n = {d: layout[d] for d in ours}
+    mine = sum(n[d] * v for d, v in ours.items()) / sum(n.values())
+    if len(ours) == len(layout) and method in spec.client_avg:
+        return mine, spec.client_avg[method]
+    if all(d in ref for d in ours):
+        return mine, sum(n[d] * ref[d] for d in ours) / sum(n.values())
+    return mine, None
+
+
 def client_avg_lines(spec, methods: list[str], sub: pd.DataFrame, cfg: RunConfig, kept: list[str],
                      refs: dict) -> list[str]:
-    """A table whose paper averages over clients (FedPLVM's Table 10): per method each domain's accuracy weighted
-    by its clients, ours and the paper's (its printed Avg when every domain ran, else the same weighting of its
-    values on the domains run); the clients of domains not run are named."""
+    """A table whose paper averages over clients (FedPLVM's Table 10): per method `client_avg`, ours and the
+    paper's, beside the AVG over domains; the clients of domains not run are named."""
     layout = cfg.layout
     n = {d: layout[d] for d in kept}
     out = ["", f"AVG over clients, the paper's Avg in this table (each domain's accuracy weighted by its clients: "
@@ -546,14 +559,8 @@ def client_avg_lines(spec, methods: list[str], sub: pd.DataFrame, cfg: RunConfig
            "(FPL's):", "", "| method | clients run | AVG over clients | paper | AVG over domains | paper |",
            "|---|---|---|---|---|---|"]
     for m in methods:
-        ours = sum(n[d] * float(sub.loc[(m, d), "ours"]) for d in kept) / sum(n.values())
         ref = refs.get(m) or {}
-        if len(kept) == len(layout) and m in spec.client_avg:
-            pv = spec.client_avg[m]
-        elif all(d in ref for d in kept):
-            pv = sum(n[d] * ref[d] for d in kept) / sum(n.values())
-        else:
-            pv = None
+        ours, pv = client_avg(spec, m, {d: float(sub.loc[(m, d), "ours"]) for d in kept}, layout, ref)
         dom = float(sub.loc[(m, "AVG"), "ours"])
         out.append(f"| {m} | {sum(n.values())} | {ours:.2f} | {'–' if pv is None else f'{pv:.2f}'} | {dom:.2f} | "
                    f"{'–' if 'AVG' not in ref else format(ref['AVG'], '.2f')} |")

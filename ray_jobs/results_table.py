@@ -85,6 +85,20 @@ def runs_named(made: list[tuple[str, int, str]], value: str) -> list[str]:
     return out
 
 
+def command(table: str, cfgs: list[dict], asked: list[str]) -> tuple[str, list[str]]:
+    """The command that made a table's runs (their config.json's `cfgs`): `make <target>` on the domains `asked`
+    with the executor, engine and precision most of them recorded; and each other setting with the runs that used
+    it ("ENGINE=sequential for moon seed 0")."""
+    cmd, differ = f"make {make_target(table)}" + (f" DOMAINS={','.join(asked)}" if asked else ""), []
+    for var, key, default in (("EXECUTOR", "executor", "ray"), ("ENGINE", "engine", "auto"),
+                              ("PRECISION", "precision", "32-true")):
+        made = [(c["method"], c["seed"], c.get(key, default)) for c in cfgs]
+        most = Counter(v for *_, v in made).most_common(1)[0][0]  # the command's; the runs that differ named after it
+        cmd += f" {var}={most}" if most != default else ""
+        differ += [f"{var}={v} for " + ", ".join(runs_named(made, v)) for v in sorted({v for *_, v in made} - {most})]
+    return cmd, differ
+
+
 def provenance_line(runs, table: str, domains: list[str] | None, root: str = TO_ROOT) -> str:
     """Dates, hardware, wall time per run, the command and the report of a table's complete runs."""
     dirs = [Path(c.out) for c in runs]
@@ -94,14 +108,7 @@ def provenance_line(runs, table: str, domains: list[str] | None, root: str = TO_
                  .get("shared_gpu_with", "nothing").split(":")[0] != "nothing" for d in dirs)
     wall = [read_summary(d)["wall_time_s"] for d in dirs]
     asked = [d for d in domains or [] if any(d in c.domains for c in runs)]
-    cfgs = [json.loads((d / "config.json").read_text()) for d in dirs]
-    cmd, differ = f"make {make_target(table)}" + (f" DOMAINS={','.join(asked)}" if asked else ""), []
-    for var, key, default in (("EXECUTOR", "executor", "ray"), ("ENGINE", "engine", "auto"),
-                              ("PRECISION", "precision", "32-true")):
-        made = [(c["method"], c["seed"], c.get(key, default)) for c in cfgs]
-        most = Counter(v for *_, v in made).most_common(1)[0][0]  # the command's; the runs that differ named after it
-        cmd += f" {var}={most}" if most != default else ""
-        differ += [f"{var}={v} for " + ", ".join(runs_named(made, v)) for v in sorted({v for *_, v in made} - {most})]
+    cmd, differ = command(table, [json.loads((d / "config.json").read_text()) for d in dirs], asked)
     lo, hi = f"{min(wall) / 60:.1f}", f"{max(wall) / 60:.1f}"
     return (f"{len(runs)} run{'s' * (len(runs) != 1)}, {', '.join(dates)}; {' / '.join(hw)}; "
             + (f"wall time {lo} min" if lo == hi else f"wall time per run {lo} to {hi} min")
@@ -347,17 +354,23 @@ def page(results_dir: Path = Path("results")) -> str:
         *tables(results_dir)[0], *unpublished(results_dir), END])
 
 
+def unpublished_runs(results_dir: Path) -> dict[str, tuple[int, int]]:
+    """The registered tables not published (but `all`, which reruns the others' methods): {table: (its complete
+    runs, some shared with the published tables; its planned runs)}."""
+    out = {}
+    for t in TABLES:
+        if t not in dict(PUBLISHED) and t != "all":
+            runs = plan(t, "full", OFFLINE_DIGITS, results_dir, None, find_data=False)
+            out[t] = (sum(map(run_complete, runs)), len(runs))
+    return out
+
+
 def unpublished(results_dir: Path) -> list[str]:
-    """The registered tables not above (but `all`, which reruns the others' methods), with how many of their runs
-    are complete (some shared with the tables above) and the command that makes them."""
-    tables = [t for t in TABLES if t not in dict(PUBLISHED) and t != "all"]
-    if not tables:
+    """docs/results.md's line of the tables `unpublished_runs` names, with the command that makes each."""
+    cells = [f"{TABLES[t].title}: {done} of its {planned} runs complete (`make {make_target(t)}`)"
+             for t, (done, planned) in unpublished_runs(results_dir).items()]
+    if not cells:
         return []
-    cells = []
-    for t in tables:
-        runs = plan(t, "full", OFFLINE_DIGITS, results_dir, None, find_data=False)
-        cells.append(f"{TABLES[t].title}: {sum(map(run_complete, runs))} of its {len(runs)} runs complete "
-                     f"(`make {make_target(t)}`)")
     return ["## Not reported yet", "", "Registered tables without a section here yet (each one's time: [Make "
             "targets](../README.md#make-targets)): " + "; ".join(cells) + ".", ""]
 

@@ -56,17 +56,34 @@ def test_the_results_section_needs_no_data_root(monkeypatch, tmp_path):
     assert results_table.section(ROOT / "results") in (ROOT / "README.md").read_text()
 
 
-def test_a_row_is_the_mean_and_std_of_its_seeds_summaries():
-    """FPL's Office-Caltech row from the three summary files, read here without the project's code."""
-    readme = PAGE.read_text()
+def test_a_cell_is_the_mean_and_std_of_its_seeds_summaries():
+    """FPL's Office-Caltech AVG and Webcam cells of Table 2 from the three summary files, read here without the
+    project's code: the cells built from the run folders (what docs/results.md renders) hold their mean, std and
+    paper value, and the committed results/table2.csv the same mean and gap; docs/results.md's renderer
+    (`domain_table`) prints the AVG cell and its gap as the data hold them."""
+    import pandas as pd
+
+    from ray_jobs.cells import build
+    from ray_jobs.plan import plan
+
     last5 = [json.loads((ROOT / f"results/runs/fpl-office_caltech-default-seed{s}/summary.json").read_text())["last5"]
              for s in (0, 1, 2)]
+    runs = plan("2", "full", results_table.OFFLINE_DIGITS, ROOT / "results", None, find_data=False)
+    built = build("2", runs).cells.set_index(["dataset", "method", "domain"])
+    committed = pd.read_csv(ROOT / "results" / "table2.csv").set_index(["dataset", "method", "domain"])
+    for domain, paper_value in (("AVG", 61.63), ("webcam", 55.86)):
+        ours = [r[domain] for r in last5]
+        cell = built.loc[("office_caltech", "fpl", domain)]
+        assert (cell["mean"], cell["std"], cell.seeds, cell.paper) == (
+            pytest.approx(np.mean(ours)), pytest.approx(np.std(ours, ddof=1)), 3, paper_value)
+        row = committed.loc[("office_caltech", "fpl", domain)]
+        assert (row.ours_mean, row["diff"]) == (pytest.approx(np.mean(ours), abs=1e-4),
+                                             pytest.approx(np.mean(ours) - paper_value, abs=1e-4))
     avg = [r["AVG"] for r in last5]
-    row = next(line for line in readme.splitlines() if line.startswith("| fpl | 3 |") and "(61.63)" in line)
-    assert f"{np.mean(avg):.2f} ± {np.std(avg, ddof=1):.2f} (61.63)" in row
-    assert f"| {np.mean(avg) - 61.63:+.2f} |" in row
-    webcam = [r["webcam"] for r in last5]
-    assert f"{np.mean(webcam):.2f} ± {np.std(webcam, ddof=1):.2f} (55.86)" in row
+    row = next(line for line in results_table.domain_table("2", runs, results_table.OFFLINE_DIGITS)[0]
+               if line.startswith("| fpl | 3 |") and "(61.63)" in line)
+    assert f"| {np.mean(avg):.2f} ± {np.std(avg, ddof=1):.2f} (61.63) " in row
+    assert row.endswith(f"| {np.mean(avg) - 61.63:+.2f} |")
 
 
 def test_every_report_lists_the_committed_runs_of_its_table(data_root):
@@ -74,31 +91,26 @@ def test_every_report_lists_the_committed_runs_of_its_table(data_root):
     complete run folders committed now (a run harvested later without a new report leaves it stale), and lists them
     in the table's order, rows then seeds: the order `make figures` draws them in, as the report did."""
     from benchmark.results import run_complete
-    from ray_jobs.figures import RUNS_LINE
+    from ray_jobs.figures import listed_runs
     from ray_jobs.plan import plan
     from ray_jobs.tables import report_name
 
     for table, domains in results_table.PUBLISHED:
         runs = [Path(c.out).name for c in plan(table, "full", domains, ROOT / "results", str(data_root))
                 if run_complete(c)]
-        report = (ROOT / "results" / f"{report_name(table)}.md").read_text()
-        listed = next(line for line in report.splitlines() if line.startswith(RUNS_LINE))
-        assert listed.removeprefix(RUNS_LINE).split(", ") == list(dict.fromkeys(runs)), \
+        assert listed_runs(ROOT / "results" / f"{report_name(table)}.md") == list(dict.fromkeys(runs)), \
             f"results/{report_name(table)}.md is stale: run its sweep with --report-only"
 
 
-@pytest.mark.slow
-def test_every_table_is_a_section_or_counted_in_the_not_reported_line(monkeypatch):
-    """Every registered table is a section or in the closing "not reported yet" line, which counts its complete runs
-    (here: the run folders with a summary.json, named by hand) out of its planned ones. Every table is a section
-    since FPL Table 3's (2026-11-28), so the line is checked on Table 3 taken out of the published ones."""
+def test_every_table_is_published_or_counted_as_not_reported(monkeypatch):
+    """Every registered table (but `all`) is published (a section of docs/results.md) or counted by
+    `unpublished_runs`, docs/results.md's closing "not reported yet" line: its complete runs (here: the run folders
+    with a summary.json, named by hand) out of its planned ones. Every table is published since FPL Table 3
+    (2026-11-28), so the count is checked on Table 3 taken out of the published ones."""
 
-    section = results_table.page(ROOT / "results")
-    line = section.split("## Not reported yet")[1] if "## Not reported yet" in section else ""
     published = dict(results_table.PUBLISHED)
-    for t in set(TABLES) - {"all"}:
-        assert (f"## {TABLES[t].title}" in section) == (t in published), t
-        assert (TABLES[t].title in line) == (t not in published), t
+    assert set(published) | set(results_table.unpublished_runs(ROOT / "results")) == set(TABLES) - {"all"}
+    assert not set(published) & set(results_table.unpublished_runs(ROOT / "results"))
 
     def complete(names):
         return sum((ROOT / "results" / "runs" / n / "summary.json").is_file() for n in names)
@@ -109,14 +121,11 @@ def test_every_table_is_a_section_or_counted_in_the_not_reported_line(monkeypatc
                               ("fpl_cpcl_only", ("office_caltech-default",)),
                               ("fpl_cpcl_global", ("office_caltech-default",)))
           for ds in datasets for s in (0, 1, 2)]
-    assert complete(t3) >= 3 and f"## {TABLES['3'].title}" in section
+    assert complete(t3) >= 3 and "3" in published
     monkeypatch.setattr(results_table, "PUBLISHED", [p for p in results_table.PUBLISHED if p[0] != "3"])
-    line = "\n".join(results_table.unpublished(ROOT / "results"))
-    assert line.startswith("## Not reported yet")
-    assert f"{TABLES['3'].title}: {complete(t3)} of its 18 runs complete (`make table3`)." in line
-    # FedAPC's tables: a section since their first complete run (2026-11-27)
-    assert complete(d.name for d in (ROOT / "results" / "runs").glob("*-fedapc-seed*")) >= 1
-    assert TABLES["fedapc"].title not in line and f"## {TABLES['fedapc'].title}" in section
+    assert results_table.unpublished_runs(ROOT / "results") == {"3": (complete(t3), 18)}
+    # FedAPC's tables: published since their first complete run (2026-11-27)
+    assert complete(d.name for d in (ROOT / "results" / "runs").glob("*-fedapc-seed*")) >= 1 and "fedapc" in published
 
 
 @pytest.mark.parametrize("table, label, what, minuend, subtrahend, paper_gap", [
@@ -180,7 +189,12 @@ def test_the_tidy_table_of_table_2_is_the_run_folders_and_holds_the_reports_numb
         summary = json.loads((ROOT / "results" / "runs" / run / "summary.json").read_text())
         assert dict(zip(rows.domain, rows.value)) == pytest.approx(summary["last5"])
         assert set(rows.method) == {json.loads((ROOT / "results" / "runs" / run / "config.json").read_text())["method"]}
-    assert len(seeds.run.unique()) == 25  # the complete runs the report lists
+    from benchmark.results import run_complete
+    from ray_jobs.plan import plan
+
+    complete = [c for c in plan("2", "full", results_table.OFFLINE_DIGITS, ROOT / "results", None, find_data=False)
+                if run_complete(c)]
+    assert set(seeds.run) == {c.run_name for c in complete}  # every complete run the report lists
     cells["domain"] = cells.domain.str.replace(r"^AVG.*", "AVG", regex=True)
     got = cells.set_index(["dataset", "method", "domain"])
     means = seeds.groupby(["dataset", "method", "domain"]).value.mean()
@@ -212,10 +226,10 @@ def test_the_tidy_table_of_table_2_is_the_run_folders_and_holds_the_reports_numb
 
 
 def test_kendall_tau_by_hand():
-    # ours a > b > c > d, paper a > c > b > d: one discordant pair of six -> (5 - 1) / 6
-    line = results_table.tau({"a": 4, "b": 3, "c": 2, "d": 1}, {"a": 4, "b": 2, "c": 3, "d": 1})
-    assert line.endswith(f"(4 methods): {4 / 6:+.2f}")
-    assert "needs 3 methods" in results_table.tau({"a": 1, "b": 2}, {"a": 1, "b": 2})
+    # ours a > b > c > d, paper a > c > b > d: one discordant pair of six -> (5 - 1) / 6; none with 2 methods
+    assert results_table.tau_value({"a": 4, "b": 3, "c": 2, "d": 1, "e": 0},
+                                   {"a": 4, "b": 2, "c": 3, "d": 1}) == pytest.approx(4 / 6)
+    assert results_table.tau_value({"a": 1, "b": 2}, {"a": 1, "b": 2}) is None
 
 
 def test_replace_section_keeps_the_rest_and_refuses_missing_markers():
@@ -230,8 +244,11 @@ def test_the_command_names_the_settings_most_runs_used_and_the_runs_that_differ(
     """Table 2's runs: the engine most of them recorded in the command, the others named after it (MOON's
     H100 seed 0 ran the sequential engine; the H200 runs of 2026-11-26 ran `--engine auto`, fused on CUDA, as did
     FedOpt's CPU run of 2026-11-30, sequential there), and the executor where one differs (FedOpt's seed 1 ran
-    through Ray on an H200 on 2026-11-30), read here from the config files."""
+    through Ray on an H200 on 2026-11-30), read here from the config files; `command` (docs/results.md's provenance
+    line) says so of Table 2's complete runs."""
     from benchmark import paper
+    from benchmark.results import run_complete
+    from ray_jobs.plan import plan
 
     cfgs = [json.loads(p.read_text())
             for p in (ROOT / "results/runs").glob("*-office_caltech-default-seed*/config.json")]
@@ -241,10 +258,15 @@ def test_the_command_names_the_settings_most_runs_used_and_the_runs_that_differ(
         engines.setdefault(c["engine"], set()).add(c["method"])
     assert set(engines) == {"fused", "sequential", "auto"} and engines["sequential"] == {"moon"}
     assert engines["auto"] == {"fedprox", "moon", "feddyn", "fedopt"}
-    line = next(ln for ln in PAGE.read_text().splitlines() if "`make table2 " in ln)
     assert {(c["method"], c["seed"]) for c in cfgs if c["executor"] == "ray"} == {("fedopt", 1)}  # the H200's, 11-30
-    assert ("ENGINE=fused` (EXECUTOR=ray for fedopt seed 1; ENGINE=auto for feddyn seeds 1, 2, fedopt, fedprox seeds "
-            "1, 2, moon seeds 1, 2; ENGINE=sequential for moon seed 0);") in line
+    runs = [c for c in plan("2", "full", results_table.OFFLINE_DIGITS, ROOT / "results", None, find_data=False)
+            if run_complete(c)]
+    cmd, differ = results_table.command("2", [json.loads((Path(c.out) / "config.json").read_text()) for c in runs],
+                                        ["mnist", "usps", "syn"])
+    assert cmd.startswith("make table2 DOMAINS=mnist,usps,syn ") and cmd.endswith(" ENGINE=fused")
+    assert differ == ["EXECUTOR=ray for fedopt seed 1",
+                      "ENGINE=auto for feddyn seeds 1, 2, fedopt, fedprox seeds 1, 2, moon seeds 1, 2",
+                      "ENGINE=sequential for moon seed 0"]
     made = [("a", 0, "x"), ("a", 1, "y"), ("b", 0, "y"), ("b", 1, "y"), ("c", 2, "y")]
     assert results_table.runs_named(made, "y") == ["a seed 1", "b", "c"]
     assert results_table.runs_named(made, "x") == ["a seed 0"]
@@ -289,15 +311,26 @@ def test_a_gap_note_keeps_the_notes_for_its_side_and_a_whole_explanation_alone(m
     assert note("k", 3.0) == "any side; its test set is 50 images (one image is 2.0 points)"
 
 
-def test_the_committed_reports_say_no_below_only_note_of_a_cell_above_the_paper():
-    """FedPLVM's label-skew table: USPS above the paper for every method does not read the Synth stand-in note (a
-    weaker fifth client lowers, never raises, a number); its DP-SGD rows read the DP note alone."""
-    skew = (ROOT / "results/tablefedplvm78.md").read_text()
-    line = next(ln for ln in skew.splitlines() if ln.startswith("- fedavg, usps (+"))
-    assert "Synth" not in line, line
-    dp = next(ln for ln in (ROOT / "results/tablefedplvm11.md").read_text().splitlines()
-              if ln.startswith("- fedplvm_dp_model, mnist (-"))
-    assert dp.split(": ", 1)[1].startswith("our DP-SGD spends") and "Synth" not in dp, dp
+def test_the_committed_cells_get_no_below_only_note_above_the_paper():
+    """FedPLVM's label-skew table: USPS above the paper (FedAvg's committed cell) does not read the Synth stand-in
+    note (a weaker fifth client lowers, never raises, a number); Table 11's DP-SGD rows, below it, read the DP note
+    alone: each cell's note as the report makes it from its committed cell (results/table<N>.csv) and test set."""
+    import pandas as pd
+
+    from ray_jobs.report import gap_note
+
+    def note(table, method, domain, side):
+        cell = pd.read_csv(ROOT / "results" / f"{table}.csv").set_index(["dataset", "method", "domain"]).loc[
+            ("digit5", method, domain)]
+        assert np.sign(cell["diff"]) == side
+        seeds = pd.read_csv(ROOT / "results" / f"{table}-seeds.csv")
+        (size,) = seeds[(seeds.dataset == "digit5") & (seeds.domain == domain)].test_size.unique()
+        return gap_note(table.removeprefix("table"), "digit5", method, domain, cell["diff"], cell.ours_std,
+                        int(cell.seeds), 3, int(size))
+
+    assert "Synth" not in note("tablefedplvm78", "fedavg", "usps", +1)
+    dp = note("tablefedplvm11", "fedplvm_dp_model", "mnist", -1)
+    assert dp.startswith("our DP-SGD spends") and "Synth" not in dp, dp
 
 
 def test_the_feddyn_gap_note_quotes_the_papers_averages_and_our_late_fall():
@@ -430,14 +463,25 @@ def test_fpl_lambda_note_quotes_the_committed_grid_runs():
 
 
 def test_a_grid_cell_is_the_mean_and_std_of_its_seeds_summaries():
-    """Figure 4 right's FedPLVM row, read here from the summary files without the project's code: lambda 10 from its
-    own runs, lambda 100 (FedPLVM's default, starred) from Table 1's."""
-    below = PAGE.read_text().split("## FedPLVM Figure 4 right", 1)[1].splitlines()
-    row = next(line for line in below if line.startswith("| Digit-5 | fedplvm | "))
-    for run, star in (("fedplvm-digit5-no_svhn-default-lambda10", ""), ("fedplvm-digit5-no_svhn-default", " *")):
+    """Figure 4 right's FedPLVM cells (docs/results.md's grid renders `grid_data` of the table's complete runs), read
+    here from the summary files without the project's code: lambda 10 from its own runs, lambda 100 (FedPLVM's
+    default, starred) from Table 1's."""
+    from benchmark.figures import grid_data
+    from benchmark.results import run_complete
+    from lightning_modules.registry import METHODS
+    from ray_jobs.plan import plan
+
+    runs = [Path(c.out) for c in plan("fedplvm_fig4b", "full", results_table.OFFLINE_DIGITS, ROOT / "results", None,
+                                      find_data=False) if run_complete(c)]
+    data = grid_data(runs, "lambda", TABLES["fedplvm_fig4b"].metric, domains=("AVG",)).set_index(
+        ["dataset", "method", "value"])
+    for run, value in (("fedplvm-digit5-no_svhn-default-lambda10", 10), ("fedplvm-digit5-no_svhn-default", 100)):
         avg = [json.loads((ROOT / f"results/runs/{run}-seed{s}/summary.json").read_text())["final"]["AVG"]
                for s in (0, 1, 2)]
-        assert f"| {np.mean(avg):.2f} ± {np.std(avg, ddof=1):.2f}{star} |" in row
+        cell = data.loc[("digit5", "fedplvm", value)]
+        assert (cell["mean"], cell["std"], cell.seeds) == (pytest.approx(np.mean(avg)),
+                                                           pytest.approx(np.std(avg, ddof=1)), 3)
+    assert METHODS["fedplvm"].defaults["lambda"] == 100  # the starred cell
 
 
 def test_a_grid_cell_prints_the_same_mean_whatever_order_its_seeds_were_summed_in():
