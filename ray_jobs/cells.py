@@ -29,7 +29,7 @@ from benchmark.results import read_summary, run_complete
 from benchmark.verdicts import CELL_KEYS, MIN_PAIRS, cell_frame, claim_verdict, pool
 from ray_jobs.config import RunConfig
 from ray_jobs.run import RunError
-from ray_jobs.tables import TABLES, Claim, Table
+from ray_jobs.tables import TABLES, Claim, Table, claim_gap
 
 ON = ("GPU", "CPU")  # the hardware a run's cost is measured on
 
@@ -87,12 +87,13 @@ def with_runs(cells: pd.DataFrame, seeds: pd.DataFrame) -> pd.DataFrame:
 
 def claim_paper_gap(spec: Table, claim: Claim, kept: list[str], doms: list[str]) -> float:
     """The paper's gap of a claim: its own number where it gives one (Fig. 5), else the minuend's AVG minus the
-    subtrahend's over the domains run (`paper.reference`), or over all its domains where it gives only an AVG."""
-    if claim.paper is not None:
-        return claim.paper
-    refs = [paper.reference(spec.paper, m, claim.dataset, kept, doms) for m in (claim.minuend, claim.subtrahend)]
-    rows = refs if all(refs) else [spec.paper[m][claim.dataset] for m in (claim.minuend, claim.subtrahend)]
-    return rows[0]["AVG"] - rows[1]["AVG"]
+    subtrahend's over the domains run (`paper.reference`), or, where it gives only an AVG, its gap on its own AVGs
+    (`claim_gap`, the one the table's margin is ranked by)."""
+    if claim.paper is None:
+        refs = [paper.reference(spec.paper, m, claim.dataset, kept, doms) for m in (claim.minuend, claim.subtrahend)]
+        if all(refs):
+            return refs[0]["AVG"] - refs[1]["AVG"]
+    return claim_gap(spec.paper, claim)
 
 
 def claim_frame(table: str, items: list[tuple[Claim, float | None, dict[int, float], dict[int, float]]]

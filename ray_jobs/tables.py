@@ -41,7 +41,7 @@ class Claim:
     minuend: str  # method
     subtrahend: str  # method
     dataset: str  # FedProto's tables: the stdev of n ("stdev 2"), the claim on the mean over n
-    paper: float | None = None  # the paper's gap; None: from the table's numbers (`ray_jobs.report.claim_paper_gap`)
+    paper: float | None = None  # the paper's gap; None: from the table's numbers (`ray_jobs.cells.claim_paper_gap`)
     # a grid table's claims (FedPLVM's Figures 4 and 5, plots the paper reads in words): the rows' grid values (None:
     # the method's plain run, which may be no row of the grid: Figure 5's FPL, the run of Tables 1 and 2) and the
     # paper's words, which say the minuend is above (no number to compare)
