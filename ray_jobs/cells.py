@@ -20,13 +20,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-import numpy as np
 import pandas as pd
 
 from benchmark import paper
 from benchmark.data import DATASETS
 from benchmark.results import read_summary, run_complete
-from benchmark.verdicts import CELL_KEYS, MIN_PAIRS, cell_frame, claim_verdict, pool
+from benchmark.verdicts import CELL_KEYS, MIN_PAIRS, cell_frame, claim_verdict, pooled_pairs
 from ray_jobs.config import RunConfig
 from ray_jobs.run import RunError
 from ray_jobs.tables import TABLES, Claim, Table, claim_gap
@@ -103,7 +102,7 @@ def claim_frame(table: str, items: list[tuple[Claim, float | None, dict[int, flo
     differences' spread pooled over the claims of its dataset that have 2 or more pairs."""
     margin = TABLES[table].margin
     diffs = [[a[s] - b[s] for s in sorted(set(a) & set(b))] for _, _, a, b in items]
-    pooled = {ds: pool([np.asarray(d, float) for (c, *_), d in zip(items, diffs) if c.dataset == ds])[0]
+    pooled = {ds: pooled_pairs([d for (c, *_), d in zip(items, diffs) if c.dataset == ds])
               for ds in dict.fromkeys(c.dataset for c, *_ in items)}
     rows = []
     for (c, gap, a, b), d in zip(items, diffs):
