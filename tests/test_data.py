@@ -399,3 +399,30 @@ def test_office_split():
     assert te.tolist() == [8, 9, 18, 19]
     for n, n_train in OFFICE_ALL.items():
         assert len(office_split(n_train)[0]) == OFFICE_TRAIN[n]
+
+
+def test_an_archive_is_decoded_once_a_process_and_each_caller_gets_arrays_of_its_own(data_root, tmp_path):
+    """`load_archive` twice: the same values (those `np.load` reads), the file inflated once (`read_npz`'s cache),
+    the two results separate writable arrays; the file rewritten with other values is read again."""
+    root = tmp_path / "root"
+    (root / "office_caltech10").mkdir(parents=True)
+    src = data_root / "office_caltech10" / "dslr.npz"
+    shutil.copy(src, root / "office_caltech10" / "dslr.npz")
+    shutil.copy(data_root / "SHA256SUMS", root / "SHA256SUMS")
+    D.read_npz.cache_clear()
+    a, b = D.load_archive(root, "office_caltech10/dslr"), D.load_archive(root, "office_caltech10/dslr")
+    with np.load(src) as z:
+        np.testing.assert_array_equal(a[0], z["x"])
+        np.testing.assert_array_equal(b[1], z["y"])
+    assert D.read_npz.cache_info().misses == 1 and D.read_npz.cache_info().hits == 1
+    assert a[0].flags.writeable and not np.shares_memory(a[0], b[0])
+    a[0][0] = 0  # a caller's change reaches no other caller
+    with np.load(src) as z:
+        np.testing.assert_array_equal(D.load_archive(root, "office_caltech10/dslr")[0], z["x"])
+    # rewritten (its checksum too): read again, the new values
+    x, y = D.load_archive(root, "office_caltech10/dslr")
+    np.savez(root / "office_caltech10" / "dslr.npz", x=x[:5], y=y[:5])
+    sums = [line for line in (root / "SHA256SUMS").read_text().splitlines() if "dslr.npz" not in line]
+    digest = D.sha256_file(root / "office_caltech10" / "dslr.npz")
+    (root / "SHA256SUMS").write_text("\n".join([*sums, f"{digest}  office_caltech10/dslr.npz"]) + "\n")
+    assert len(D.load_archive(root, "office_caltech10/dslr")[1]) == 5
