@@ -198,75 +198,92 @@ def run_in_threads(todo: list[RunConfig], parallel: int, progress: SweepProgress
 
 
 def run_in_workers(todo: list[RunConfig], parallel: int, progress: SweepProgress) -> list[tuple[RunConfig, Exception]]:
-    """Local runs, `parallel` at once, each in a worker process of its own (spawned: a fresh interpreter) with its
-    share of the CPU threads and its output in <run folder>/run.log; returns the failed ones. A failed run does not
-    stop the others. Ctrl-C stops every worker (its run writes error.txt and keeps its checkpoints) and raises
-    RunError saying how to resume."""
+    """Local runs, `parallel` at once, in as many worker processes (spawned: fresh interpreters), each with its
+    share of the CPU threads, taking one run after another (an interpreter's start-up, importing torch and Lightning,
+    took 4 to 5 CPU seconds, more than a FedProto smoke run trains: 2026-12-02) and writing each run's output to
+    <run folder>/run.log; returns the failed runs. A failed run does not stop the others; a worker that died (killed,
+    out of memory) fails its run and the next run goes to a new one. Ctrl-C stops every worker (its run writes
+    error.txt and keeps its checkpoints) and raises RunError saying how to resume."""
     ctx = multiprocessing.get_context("spawn")
     threads = worker_threads(parallel)
-    waiting, running, failed = list(todo), {}, []
+    waiting, idle, running, failed = list(todo), [], {}, []
     try:
         while waiting or running:
             while waiting and len(running) < parallel:
                 cfg = waiting.pop(0)
-                receiver, sender = ctx.Pipe(duplex=False)
-                proc = ctx.Process(target=worker, args=(cfg, threads, sender), name=f"sweep worker {cfg.run_name}")
-                proc.start()
-                sender.close()  # the worker holds the only sending end: its death reads as EOF here
-                running[receiver] = (cfg, proc)
+                conn, proc = idle.pop() if idle else start_worker(ctx, threads)
+                conn.send(cfg)
+                running[conn] = (cfg, proc)
                 progress.started(cfg.run_name)
-            for receiver in multiprocessing.connection.wait(list(running)):
-                cfg, proc = running[receiver]
-                ok, result = worker_result(receiver, proc, cfg)
+            for conn in multiprocessing.connection.wait(list(running)):
+                cfg, proc = running[conn]
+                ok, result = worker_result(conn, proc, cfg)
                 if ok == "round":  # (round index, AVG) of a round the run trained: it goes on
                     progress.round(cfg.run_name, result[0], cfg.rounds, result[1])
                     continue
-                running.pop(receiver)
+                running.pop(conn)
                 if ok:
                     progress.finished(cfg.run_name, result)
                 else:
                     progress.failed_run(cfg.run_name, result)
                     failed.append((cfg, RunError(result)))
+                if result != INTERRUPTED and proc.is_alive():  # (a worker stopped by SIGTERM ends after its run)
+                    idle.append((conn, proc))
     except KeyboardInterrupt:
         for cfg, proc in running.values():  # each worker's run stops at once, writing error.txt
             proc.terminate()
-        for receiver, (cfg, proc) in running.items():
+        for conn, (cfg, proc) in running.items():
             proc.join(60)
             if proc.is_alive():  # stuck: its checkpoints stay whatever it was doing
                 proc.kill()
                 proc.join()
-            receiver.close()
+            conn.close()
         progress.close()
         names = ", ".join(cfg.run_name for cfg, _ in running.values())
         raise RunError(f"interrupted (Ctrl-C): stopped {len(running)} running run(s) ({names})"
                        + (f", {len(waiting)} not started" if waiting else "")
                        + f"; their folders keep their checkpoints. To continue, {RESUME_HINT}.") from None
+    finally:
+        for conn, proc in idle:  # no run left for them
+            try:
+                conn.send(None)
+            except OSError:  # died meanwhile
+                pass
+            proc.join(60)
+            conn.close()
     return failed
 
 
-def worker_result(receiver, proc, cfg: RunConfig) -> tuple[bool | str, dict | str | tuple]:
-    """A worker's next word: ("round", (round index, AVG or None)) after each round its run trains, then
+def start_worker(ctx, threads: int):
+    """A worker process (`worker`) and this end of its pipe; the worker holds the only other end, so that its death
+    reads as EOF here."""
+    conn, theirs = ctx.Pipe()
+    proc = ctx.Process(target=worker, args=(threads, theirs), name="sweep worker")
+    proc.start()
+    theirs.close()
+    return conn, proc
+
+
+def worker_result(conn, proc, cfg: RunConfig) -> tuple[bool | str, dict | str | tuple]:
+    """A worker's next word on its run: ("round", (round index, AVG or None)) after each round the run trains, then
     (True, summary) when the run completed, else (False, why it did not)."""
     try:
-        ok, result = receiver.recv()
+        return conn.recv()
     except EOFError:  # the process died without a word (killed, out of memory)
         proc.join()
+        conn.close()
         code = proc.exitcode
         how = f"killed by {signal.Signals(-code).name}" if code and code < 0 else f"exit code {code}"
-        ok, result = False, f"its worker process {proc.pid} died ({how}); see {Path(cfg.out) / 'run.log'}"
-    if ok == "round":
-        return ok, result
-    proc.join()
-    receiver.close()
-    return ok, result
+        return False, f"its worker process {proc.pid} died ({how}); see {Path(cfg.out) / 'run.log'}"
 
 
-def worker(cfg: RunConfig, threads: int, sender) -> None:
-    """One run in a worker process: output to <run folder>/run.log (with this process's id and its start and end
-    times), `threads` CPU threads at most, resumed from the folder's last checkpoint; sends (True, summary) or
-    (False, message). SIGTERM (the sweep's Ctrl-C) stops the run as Ctrl-C stops a run; SIGINT is the sweep's. A
-    worker whose sweep died without stopping it (killed: `kill`, SIGKILL, a lost session) stops its run itself
-    within ORPHAN_CHECK_S, as SIGTERM does, rather than train on unseen."""
+def worker(threads: int, conn) -> None:
+    """A worker process: runs the configs the sweep sends, one after another until it sends None, each with its
+    output to <run folder>/run.log (with this process's id and the run's start and end times), `threads` CPU threads
+    at most, resumed from the folder's last checkpoint; sends each run's (True, summary) or (False, message). SIGTERM
+    (the sweep's Ctrl-C) stops the run as Ctrl-C stops a run; SIGINT is the sweep's. A worker whose sweep died
+    without stopping it (killed: `kill`, SIGKILL, a lost session) stops its run itself within ORPHAN_CHECK_S, as
+    SIGTERM does, rather than train on unseen."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
 
     def stop(signum, frame):
@@ -282,37 +299,42 @@ def worker(cfg: RunConfig, threads: int, sender) -> None:
         os.kill(os.getpid(), signal.SIGTERM)
 
     threading.Thread(target=stop_when_orphaned, daemon=True, name="orphan check").start()
+
     def tell(rec: dict) -> None:  # each round trained, for the sweep's progress
         try:
-            sender.send(("round", (rec["round"], avg_of(rec))))
+            conn.send(("round", (rec["round"], avg_of(rec))))
         except OSError:  # the sweep is gone: the orphan check stops the run
             pass
 
-    out = Path(cfg.out)
-    out.mkdir(parents=True, exist_ok=True)
-    with open(out / "run.log", "a") as log:
-        os.dup2(log.fileno(), 1)
-        os.dup2(log.fileno(), 2)
-        sys.stdout.reconfigure(line_buffering=True)
-        sys.stderr.reconfigure(line_buffering=True)
-        # the run then sets its own: its driver's thread's --driver-cpus, each client group's --cpus-per-actor
-        # (`Driver`, `LocalExecutor`), whatever this share: the same numbers at any --parallel
-        torch.set_num_threads(threads)
-        threadpool_limits(threads)  # numpy's and scikit-learn's BLAS and OpenMP pools (FINCH)
-        print(f"sweep worker pid {os.getpid()}: started {now()} ({threads} CPU thread{'s' * (threads > 1)})")
-        try:
-            result = True, run(cfg, quiet=False, resume=True, resume_hint=RESUME_HINT, on_round=tell)
-        except KeyboardInterrupt:
-            result = False, "interrupted (Ctrl-C)"
-        except Exception as e:
-            result = False, str(e) or repr(e)
-        print(f"sweep worker pid {os.getpid()}: ended {now()} ({'complete' if result[0] else result[1]})")
-        try:
-            sender.send(result)
-        except OSError:  # the sweep is gone (an orphaned worker): its run folder says how the run ended
-            pass
+    # each run then sets its own: its driver's thread's --driver-cpus, each client group's --cpus-per-actor
+    # (`Driver`, `LocalExecutor`), whatever this share: the same numbers at any --parallel
+    torch.set_num_threads(threads)
+    threadpool_limits(threads)  # numpy's and scikit-learn's BLAS and OpenMP pools (FINCH)
+    try:
+        while (cfg := conn.recv()) is not None:
+            out = Path(cfg.out)
+            out.mkdir(parents=True, exist_ok=True)
+            with open(out / "run.log", "a") as log:
+                os.dup2(log.fileno(), 1)
+                os.dup2(log.fileno(), 2)
+                sys.stdout.reconfigure(line_buffering=True)
+                sys.stderr.reconfigure(line_buffering=True)
+                print(f"sweep worker pid {os.getpid()}: started {now()} ({threads} CPU thread{'s' * (threads > 1)})")
+                try:
+                    result = True, run(cfg, quiet=False, resume=True, resume_hint=RESUME_HINT, on_round=tell)
+                except KeyboardInterrupt:
+                    result = False, INTERRUPTED
+                except Exception as e:
+                    result = False, str(e) or repr(e)
+                print(f"sweep worker pid {os.getpid()}: ended {now()} ({'complete' if result[0] else result[1]})")
+                conn.send(result)
+                if result[1] == INTERRUPTED:  # SIGTERM: this worker stops with its run
+                    return
+    except (EOFError, OSError, KeyboardInterrupt):  # the sweep is gone or stopping: its run folders say how they ended
+        pass
 
 
+INTERRUPTED = "interrupted (Ctrl-C)"  # what a worker says of a run SIGTERM stopped
 ORPHAN_CHECK_S = 2.0  # how often a sweep worker checks that its sweep is alive
 
 
