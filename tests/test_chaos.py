@@ -23,7 +23,8 @@ chaos = tool_script.load("chaos")
 def test_a_sweep_killed_twice_resumes_to_the_undisturbed_sweeps_run_and_nothing_is_half_written(data_root, tmp_path):
     out = tmp_path / "chaos"
     done = subprocess.run([sys.executable, str(TOOL), "--out", str(out), "--kills", "2", "--methods", "feddyn",
-                           "--seeds", "0", "--executors", "local", "--seed", "1", "--data-root", str(data_root)],
+                           "--seeds", "0", "--executors", "local", "--seed", "1", "--domains", "webcam,dslr",
+                           "--data-root", str(data_root)],
                           capture_output=True, text=True, timeout=900)
     said = done.stdout
     assert done.returncode == 0, said + done.stderr

@@ -71,7 +71,7 @@ MANY = dict(domains=["mnist", "usps"], local_epochs=1, client_fraction=0.5, batc
 @pytest.mark.slow
 def test_a_group_of_250_clients_holds_one_on_its_device_at_a_time_with_the_numbers_of_one_holding_all(data_root):
     cfg = RunConfig.from_preset("scale-digits-500", **MANY, executor="local", data_root=str(data_root),
-                                participation=0.04)  # 10 a round
+                                participation=0.02)  # 5 a round (holding one at a time needs no more)
     clients = plan_run_clients(cfg)
     assert len(clients) == 250
     groups = {m: ClientGroup(dataclasses.replace(cfg, client_memory=m), clients, str(data_root))
@@ -88,7 +88,7 @@ def test_a_group_of_250_clients_holds_one_on_its_device_at_a_time_with_the_numbe
     results = {m: [] for m in groups}
     for r in range(2):
         drawn = cfg.participants(r, [c["id"] for c in clients])
-        assert len(drawn) == 10
+        assert len(drawn) == 5
         for m, g in groups.items():
             results[m].append(g.train(global_state, None, r, drawn))
         assert host.on_device == set() and disk.on_device == set()  # every drawn client left the device after its fit

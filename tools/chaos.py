@@ -10,6 +10,8 @@ end, or right after a kill), no temporary file of an interrupted write is left a
 
     python tools/chaos.py --out /tmp/chaos --kills 20 --seed 0     # the campaign of docs/reliability.md
     python tools/chaos.py --out /tmp/chaos --kills 2 --methods feddyn --seeds 0 --executors local   # a short one
+    python tools/chaos.py --out /tmp/chaos --kills 2 --methods feddyn --seeds 0 --executors local \
+        --domains webcam,dslr                          # shorter: the two smallest domains (tests/test_chaos.py)
 """
 from __future__ import annotations
 
@@ -45,9 +47,11 @@ MAX_PASSES = 10  # passes per executor (each from empty folders) before the camp
 RESUMED = re.compile(r"note: resuming (\S+) after round (\d+)")
 
 
-def plan(results: Path, executor: str, methods: list[str], seeds: list[int], rounds: int, data_root: str):
+def plan(results: Path, executor: str, methods: list[str], seeds: list[int], rounds: int, data_root: str,
+         domains: list[str] | None = None):
     return [RunConfig(method=m, seed=s, rounds=rounds, executor=executor, data_root=data_root, name=f"{m}-seed{s}",
-                      out=str(results / "runs" / f"{m}-seed{s}"), **RUN) for m in methods for s in seeds]
+                      out=str(results / "runs" / f"{m}-seed{s}"), domains=domains, **RUN)
+            for m in methods for s in seeds]
 
 
 def sweep_process(args) -> int:
@@ -56,7 +60,8 @@ def sweep_process(args) -> int:
     from ray_jobs.sweep import execute
 
     runs = plan(Path(args.results), args.sweep_executor, args.methods.split(","),
-                [int(s) for s in args.seeds.split(",")], args.rounds, args.data_root)
+                [int(s) for s in args.seeds.split(",")], args.rounds, args.data_root,
+                args.domains and args.domains.split(","))
     if args.sweep_executor == "ray":  # a Ray instance of this sweep's own, whatever else runs on the machine
         import ray
 
@@ -75,7 +80,8 @@ def start_sweep(args, executor: str, results: Path) -> subprocess.Popen:
     with open(results / "sweep.log", "a") as log:
         return subprocess.Popen(
             [sys.executable, __file__, "--sweep-executor", executor, "--results", str(results), "--methods",
-             args.methods, "--seeds", args.seeds, "--rounds", str(args.rounds), "--data-root", args.data_root],
+             args.methods, "--seeds", args.seeds, "--rounds", str(args.rounds), "--data-root", args.data_root,
+             *(["--domains", args.domains] if args.domains else [])],
             cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
             env={**os.environ, "WANDB_MODE": "disabled", "PYTHONPATH": str(ROOT)})
 
@@ -233,6 +239,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--methods", default="moon,feddyn,fpl")
     ap.add_argument("--seeds", default="0,1", help="the runs' seeds")
     ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--domains", default=None, help="comma-separated Office-Caltech domains (default: all four)")
     ap.add_argument("--executors", default="local,ray")
     ap.add_argument("--data-root", default=None)
     ap.add_argument("--sweep-executor", help=argparse.SUPPRESS)  # the sweep process itself
