@@ -483,8 +483,9 @@ SMALL_RUN = dict(rounds=2, local_epochs=1, eval_max=None)  # (3) and (5): the se
 # the small runs (phases: on top of SMALL_RUN) and the full runs (full: on top of the preset), (6) per-client models
 # and repeats, (7) training images, evaluation images and repeats, (8) the settings over the fedplvm-digit5 preset
 # (none: the paper's protocol), (9) the settings over the scale presets, (10) the settings over SMALL_RUN and the
-# repeats. The small profile (a test of every section's code path) trains as few images as each line allows: on a CPU
-# without native bfloat16 its bf16-mixed lines train at 2-3 images/s
+# repeats. The small profile (a test of every section's code path) trains as few images as each line allows (on a CPU
+# without native bfloat16 its bf16-mixed lines train at 2-3 images/s) and its runs test 10 images a domain: an
+# evaluation phase that is still timed, at a fifth of the 50 before (2026-12-02)
 PROFILES = {
     "cpu": dict(loop=(640, 5, 15), resnet=(192, 1, 3), kernels=(128, 64), engines=(3, 128, 1, 2),
                 methods=("fedavg",), precisions=("32-true", "bf16-mixed"),
@@ -496,11 +497,11 @@ PROFILES = {
                  phases=dict(client_fraction=0.3), full=dict(eval_max=None), checkpoint=(20, 3), memory=(640, 1000, 5),
                  fedplvm=dict(), scale=dict()),
     "small": dict(loop=(128, 1, 2), resnet=(16, 1, 1), kernels=(16, 8), engines=(2, 16, 1, 1),
-                  methods=("fedavg", "fpl"), local=(dict(client_fraction=0.05, eval_max=50), 1),
+                  methods=("fedavg", "fpl"), local=(dict(client_fraction=0.05, eval_max=10), 1),
                   precisions=("32-true", "bf16-mixed"), stacks=(2, (8, 3, 5), 4, 1, 1),
-                  phases=dict(client_fraction=0.05, eval_max=50),
-                  full=dict(rounds=1, local_epochs=1, client_fraction=0.05, eval_max=50), checkpoint=(2, 1),
-                  memory=(64, 100, 1), fedplvm=dict(local_epochs=1, batch_size=8, client_fraction=0.05, eval_max=50),
+                  phases=dict(client_fraction=0.05, eval_max=10),
+                  full=dict(rounds=1, local_epochs=1, client_fraction=0.05, eval_max=10), checkpoint=(2, 1),
+                  memory=(64, 100, 1), fedplvm=dict(local_epochs=1, batch_size=8, client_fraction=0.05, eval_max=10),
                   scale=dict(local_epochs=1, client_fraction=0.1)),
 }
 TARGETS_S = {"digits": 120, "office_caltech": 20}  # the GPU goal: a full FPL run on one H100 (docs/speed.md)

@@ -38,13 +38,17 @@ def small_run(tmp_path_factory, root, method, dataset, fraction, executor="ray",
 
 
 # FPL on both datasets (the Digits plan, prototypes), FedAvg (no prototypes) on Office-Caltech: each run through Ray
-# costs its actors' start-ups, and a FedAvg Digits run showed nothing these do not (CI time)
-CASES = [("fpl", "digits", 0.05), ("fedavg", "office_caltech", 0.1), ("fpl", "office_caltech", 0.1)]
+# costs its actors' start-ups, and a FedAvg Digits run showed nothing these do not (CI time). The Digits run trains
+# with the fused engine (`FUSED`: its clients of a domain have equal size, so the fused groups hold several clients),
+# which test_fused_engine_through_ray_equals_local compares with the same run in process
+CASES = [("fpl", "digits", 0.03), ("fedavg", "office_caltech", 0.1), ("fpl", "office_caltech", 0.1)]
+FUSED = dict(engine="fused", eval_max=50)
 
 
 @pytest.fixture(scope="module")
 def runs(slow_setup, ray_cluster, full_digits_root, tmp_path_factory):
-    return {(m, d): small_run(tmp_path_factory, full_digits_root, m, d, f) for m, d, f in CASES}
+    return {(m, d): small_run(tmp_path_factory, full_digits_root, m, d, f, **(FUSED if d == "digits" else {}))
+            for m, d, f in CASES}
 
 
 @pytest.mark.parametrize("method,dataset,fraction", CASES)
@@ -109,7 +113,7 @@ def test_wandb_offline_run_holds_tables(runs, method, dataset):
 @pytest.mark.slow
 def test_same_seed_same_metrics_and_local_equals_ray(runs, full_digits_root, tmp_path_factory):
     """The same run again, in process: the Ray run's metrics. (A second Ray run of it showed nothing more:
-    test_methods_apart runs FPL through 1 and 3 actors and in process, and the resume tests rerun through Ray.)"""
+    test_methods_apart runs FPL in 1 and 2 groups in process and through 3 actors, and the resume tests rerun through Ray.)"""
     out, _ = runs[("fpl", "office_caltech")]
     local, _ = small_run(tmp_path_factory, full_digits_root, "fpl", "office_caltech", 0.1, executor="local")
     strip = lambda rows: [(r["accuracy"], r["client_loss"]) for r in rows]  # noqa: E731
@@ -118,12 +122,12 @@ def test_same_seed_same_metrics_and_local_equals_ray(runs, full_digits_root, tmp
 
 
 @pytest.mark.slow
-def test_fused_engine_through_ray_equals_local(ray_cluster, full_digits_root, tmp_path_factory):
+def test_fused_engine_through_ray_equals_local(runs, full_digits_root, tmp_path_factory):
     """Digits (clients of a domain have equal size, so the fused groups hold several clients):
-    2 Ray actors with the fused engine give the same metrics as the local executor with it."""
-    kw = dict(engine="fused", eval_max=50)
-    ray_out, _ = small_run(tmp_path_factory, full_digits_root, "fpl", "digits", 0.03, **kw)
-    local_out, _ = small_run(tmp_path_factory, full_digits_root, "fpl", "digits", 0.03, executor="local", **kw)
+    2 Ray actors with the fused engine (the fixture's Digits run) give the same metrics as the local executor with
+    it."""
+    ray_out, _ = runs[("fpl", "digits")]
+    local_out, _ = small_run(tmp_path_factory, full_digits_root, "fpl", "digits", 0.03, executor="local", **FUSED)
     strip = lambda rows: [(r["accuracy"], r["client_loss"]) for r in rows]  # noqa: E731
     assert strip(read_jsonl(ray_out / "metrics.jsonl")) == strip(read_jsonl(local_out / "metrics.jsonl"))
     assert json.loads((ray_out / "config.json").read_text())["engine"] == "fused"
