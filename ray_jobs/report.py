@@ -91,6 +91,17 @@ def setting_line(cfg: RunConfig, domains: list[str], done: list[RunConfig] = ())
             + "".join(f" {d}: {note}." for d, note in STAND_INS.get(cfg.dataset, {}).items() if d in domains))
 
 
+def title(heading: str, profile: str, without: dict[str, list[str]], complete: int, planned: int) -> str:
+    """A report's first line: its table and profile (smoke: not comparable to the paper), the domains its runs leave
+    out (dataset -> domains, `RunConfig.dropped_domains`) and, where fewer than the `planned` runs are complete, how
+    many are."""
+    return (f"# {heading}: reproduction ({profile} profile"
+            + (", SMOKE SETTINGS: not comparable to the paper)" if profile == "smoke" else ")")
+            + (" — without " + ", ".join(f"{d} ({ds})" for ds, doms in without.items() for d in doms) if without
+               else "")
+            + (f" — PARTIAL: {complete} of its {planned} runs" if complete < planned else ""))
+
+
 def summary_words(k: dict[str, int], margin: float | None) -> str:
     """A table's counts in words: its primary cells, its domain cells, its claims."""
     band = "" if margin is None else f" ±{margin:.2f}"
@@ -387,16 +398,11 @@ def report(table: str, profile: str, runs: list[RunConfig], results_dir: Path) -
     ref = spec.paper
     lines, csv_rows = [], []
     dropped = {c.dataset: c.dropped_domains for c in every if c.dropped_domains}
-    title = f"# {spec.title}: reproduction ({profile} profile"
-    title += ", SMOKE SETTINGS: not comparable to the paper)" if profile == "smoke" else ")"
-    if dropped:
-        title += " — without " + ", ".join(f"{d} ({ds})" for ds, ds_d in dropped.items() for d in ds_d)
-    if len(runs) < planned:
-        title += f" — PARTIAL: {len(runs)} of its {planned} runs"
     seeds_note = (f"Seeds {list(spec.seeds_for(profile))}" if len(runs) == planned else
                   f"Seeds {list(spec.seeds_for(profile))} planned, not all run: a row is over the seeds it has, "
                   "marked (n seeds) when fewer")
-    lines += [title, "", f"**Verdicts at ±{spec.margin.avg:.2f}: {summary_words(data.counts(), spec.margin.avg)}.** "
+    lines += [title(spec.title, profile, dropped, len(runs), planned), "",
+              f"**Verdicts at ±{spec.margin.avg:.2f}: {summary_words(data.counts(), spec.margin.avg)}.** "
               f"{verdict_rule(spec)}", "",
               f"{seeds_note}; accuracy (%) of the evaluated model, "
               f"{METRICS[spec.metric]}; mean ± std over seeds (paper value, ours - paper) and the cell's verdict "

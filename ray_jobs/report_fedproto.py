@@ -153,6 +153,70 @@ def verdicts(df: pd.DataFrame) -> TableData:
                      claim_frame("fedproto", items))
 
 
+def aggregate(df: pd.DataFrame) -> pd.DataFrame:
+    """`collect`'s rows over seeds, a row per method, inference rule, stdev, n and k: the mean (`ours`) and std of the
+    final mean client accuracy, the seeds, and the means of the per-client and official figures and the uploads."""
+    return df.groupby(["method", "rule", "stdev", "ways", "shots"], sort=False).agg(
+        ours=("acc", "mean"), std=("acc", "std"), seeds=("acc", "count"), client_mean=("client_mean", "mean"),
+        client_std=("client_std", "mean"), official=("official", "mean"), official_std=("official_std", "mean"),
+        params=("params", "mean")).reset_index()
+
+
+def table_cells(agg: pd.DataFrame, every: list[RunConfig]) -> pd.DataFrame:
+    """Tables 1 and 2's cells in the report's order, run or not: a row per n of each (method, stdev) the table's plan
+    `every` has (FedProto's under both inference rules), with its row's `label`, `aggregate`'s numbers (NaN where no
+    run of it is complete), the paper's mean and ± over clients (`paper_value`; NaN for FedProto's classifier rows),
+    ours - paper (`diff`) and whether that is further than the paper's ± (`far`)."""
+    planned = {(c.method, c.ways_stdev) for c in every if c.ways_shots == SHOTS}
+    keys = ["method", "rule", "stdev", "ways"]
+    rows = [{"label": label(m, rule), "method": m, "rule": rule, "stdev": sd, "ways": w, "paper": pv, "paper_std": ps}
+            for sd in STDEVS for m in paper.FEDPROTO_TABLE[sd] if (m, sd) in planned
+            for rule in (("prototype", "classifier") if m in FEDPROTO_METHODS else ("classifier",))
+            for w in WAYS for pv, ps in [paper_value(m, rule, sd, w)]]
+    cells = pd.DataFrame(rows).astype({"paper": float, "paper_std": float}).join(
+        agg[agg.shots == SHOTS].set_index(keys), on=keys)
+    return cells.assign(diff=cells.ours - cells.paper, far=lambda c: c["diff"].abs() > c.paper_std)
+
+
+def far_from_paper(cells: pd.DataFrame) -> dict[str, tuple[pd.DataFrame, str]]:
+    """The rows with cells further from the paper than its ± (`table_cells`' `far`), by label in the report's order:
+    those cells, and what we know of why (`gap_note`, from the row's first such cell)."""
+    out = {}
+    for row, far in cells[cells.far].groupby("label", sort=False):
+        c = far.iloc[0]
+        out[row] = far, gap_note("fedproto", "mnist", c.method, "*", c["diff"], c["std"], int(c.seeds),
+                                 len(TABLES["fedproto"].seeds), None)
+    return out
+
+
+def figure2_lines(figs: dict, drawn: bool) -> list[str]:
+    """Figure 2's section of the report: its t-SNE maps of the runs `figs["tsne"]` names (`fedproto_figures`); where
+    they are not drawn because complete runs lack their features (`figs["tsne_lacking"]`; a fresh clone:
+    features.npz is not committed, 170 kB a run), which runs and how to make them, and the figure drawn when they were
+    here, where it is (`drawn`: committed) and stays the report's; nothing without either."""
+    head = ["## Figure 2: t-SNE of the test features and prototypes (n = 3, stdev of n 2)", ""]
+    figure = ["![Figure 2: t-SNE of the test features](figures/tablefedproto/tsne.png)", ""]
+    if figs["tsne"] is not None:
+        return [*head, "Each client's own test samples through the model it ends the run with (FedProto: its own; "
+                "FedAvg: the global model; FeSEM: its cluster's centre; FedPer: the global body), a seed-0 pick of "
+                "them, coloured by class; FedProto's last local prototypes (circles) and its global ones (stars) "
+                "embedded with them. The runs: " + ", ".join(figs["tsne"]) + ".", "", *figure]
+    if not figs["tsne_lacking"]:
+        return []
+    return [*head, ("The figure drawn earlier from" if drawn else "Not drawn:") + " the test features its runs "
+            f"({', '.join(figs['tsne_lacking'])}) save at their end (`{FEATURES_FILE}`), which git does not keep and "
+            "this checkout lacks" + (" (not redrawn now)" if drawn else "") + ". Delete those runs' `summary.json` and "
+            f"run the table again to {'redraw it' if drawn else 'make them'} (about 16 min a run on a 2-core CPU).", "",
+            *(figure if drawn else [])]
+
+
+def figure3_shots(every: list[RunConfig]) -> list[int]:
+    """The values of k Figure 3's section has a row for: those of the table's plan `every` of FedProto and FedAvg at
+    n = 3 (stdev 2), k = 100 (Table 1's runs) among them; none where the plan has no other k."""
+    return sorted({c.ways_shots for c in every if c.method in paper.FEDPROTO_FIGURE3 and c.ways == 3
+                   and c.ways_stdev == 2} if any(c.ways_shots != SHOTS for c in every) else [])
+
+
 def figure3_lines(agg: pd.DataFrame, shots: list[int], drawn: bool) -> list[str]:
     """Figure 3's section of the report: per k, FedProto's and FedAvg's final mean client accuracy at n = 3 (stdev
     2; AVG: FedProto's prototype inference, FedAvg's classifier), mean ± std over seeds, and its plot."""
@@ -184,18 +248,12 @@ def report(profile: str, runs: list[RunConfig], results_dir: Path) -> tuple[pd.D
     """results_dir/tablefedproto.md and .csv, and the accuracy curves (figures/tablefedproto/); returns the
     report's rows and the figures (`figures.fedproto_figures`). Every row of `runs` (the table's plan) has a line;
     the cells of runs not complete say "not run" beside the paper's value."""
-    # every row the tables and Figure 3 plan has a line, run or not
-    planned = {(c.method, c.ways_stdev) for c in runs if c.ways_shots == SHOTS}
-    planned_k = sorted({c.ways_shots for c in runs if c.method in paper.FEDPROTO_FIGURE3 and c.ways == 3
-                        and c.ways_stdev == 2} if any(c.ways_shots != SHOTS for c in runs) else [])
     every, runs = runs, [c for c in runs if run_complete(c)]
     if not runs:
         raise RunError("no complete run of table fedproto to report; run its sweep first (make table-fedproto).")
     df = collect(runs)
-    agg = df.groupby(["method", "rule", "stdev", "ways", "shots"], sort=False).agg(
-        ours=("acc", "mean"), std=("acc", "std"), seeds=("acc", "count"), client_mean=("client_mean", "mean"),
-        client_std=("client_std", "mean"), official=("official", "mean"), official_std=("official_std", "mean"),
-        params=("params", "mean")).reset_index()
+    agg = aggregate(df)
+    cells = table_cells(agg, every)  # every row the tables plan has a line, run or not
     c0 = runs[0]
     title = f"# {TABLES['fedproto'].title}: reproduction ({profile} profile"
     title += ", SMOKE SETTINGS: not comparable to the paper)" if profile == "smoke" else ")"
@@ -236,82 +294,54 @@ def report(profile: str, runs: list[RunConfig], results_dir: Path) -> tuple[pd.D
              "| method | stdev | " + " | ".join(f"n = {w}" for w in WAYS)
              + " | per client (n = 3/4/5) | official scorer (n = 3/4/5) | the paper's statistic | params/round (paper) "
              "| verdicts | flag |", "|" + "---|" * (len(WAYS) + 8)]
-    csv_rows, far = [], {}  # far: row label -> (the cells further from the paper than its ±, what we know of why)
-    groups = dict(iter(agg[agg.shots == SHOTS].groupby(["method", "rule", "stdev"], sort=False)))
-    for method, rule, stdev in [(m, r, sd) for sd in STDEVS for m in paper.FEDPROTO_TABLE[sd] if (m, sd) in planned
-                                for r in (("prototype", "classifier") if m in FEDPROTO_METHODS else ("classifier",))]:
-        sub = groups.get((method, rule, stdev), agg.iloc[:0]).set_index("ways")
-        cells, flag = [label(method, rule), str(stdev)], False
-        for w in WAYS:
-            if w not in sub.index:  # not run yet: the paper's value beside it
-                pv = paper_value(method, rule, stdev, w)[0]
-                cells.append("not run" + ("" if pv is None else f" ({pv:.2f})"))
+    csv_rows = []
+    for (row, stdev), got in cells.groupby(["label", "stdev"], sort=False):
+        method, rule = got.method.iloc[0], got.rule.iloc[0]
+        ways = list(got.itertuples())
+        line = [row, str(stdev)]
+        for c in ways:
+            if np.isnan(c.ours):  # not run yet: the paper's value beside it
+                line.append("not run" + ("" if np.isnan(c.paper) else f" ({c.paper:.2f})"))
                 continue
-            ours, std = sub.loc[w, "ours"], sub.loc[w, "std"]
-            pv, pstd = paper_value(method, rule, stdev, w)
-            diff = None if pv is None else ours - pv
-            if diff is not None and abs(diff) > pstd:
-                flag = True
-                cells_far, _ = far.setdefault(label(method, rule), ([], gap_note(
-                    "fedproto", "mnist", method, "*", diff, std, int(sub.loc[w, "seeds"]),
-                    len(TABLES["fedproto"].seeds), None)))
-                cells_far.append(f"stdev {stdev} n = {w} {ours:.2f} vs {pv:.2f} ± {pstd:.2f} ({diff:+.2f}; our client "
-                                 f"std {sub.loc[w, 'client_std']:.2f})")
-            std_s = "" if np.isnan(std) else f" ± {std:.2f}"
-            v = verdict_of.get((f"stdev {stdev}", method, f"n = {w}")) if rule == headline_rule(method) else None
-            cells.append(f"{ours:.2f}{std_s}" + ("" if pv is None else f" ({pv:.2f}, {diff:+.2f})")
-                         + ("" if v is None else f" {cell_mark(v)}"))
-            csv_rows.append({"profile": profile, "method": method, "rule": rule, "stdev": stdev, "ways": w,
-                             "shots": SHOTS, "ours_mean": round(float(ours), 4),
-                             "ours_std": None if np.isnan(std) else round(float(std), 4),
-                             "seeds": int(sub.loc[w, "seeds"]), "client_std": round(float(sub.loc[w, "client_std"]), 4),
-                             **official_cells(sub.loc[w]),
-                             "paper": pv, "diff": None if diff is None else round(float(diff), 4),
-                             "params_per_round": int(sub.loc[w, "params"]),
-                             **({} if v is None else cell_columns(v))})
-        cells.append(" / ".join(f"{sub.loc[w, 'client_mean']:.2f} ± {sub.loc[w, 'client_std']:.2f}"
-                                if w in sub.index else "–" for w in WAYS))
-        cells.append(" / ".join(f"{sub.loc[w, 'official']:.2f} ± {sub.loc[w, 'official_std']:.2f}"
-                                if w in sub.index and not np.isnan(sub.loc[w, "official"]) else "–" for w in WAYS))
-        cells.append(paper_statistic(method, rule))
-        cells.append(" / ".join(f"{sub.loc[w, 'params'] / 1e3:.1f}k" if w in sub.index else "–" for w in WAYS)
-                     + f" ({paper.FEDPROTO_COMM_PARAMS_K[method]}k; {paper.FEDPROTO_COMM_ROUNDS[method]} rounds)")
-        cells.append(mark_counts([cell_mark(v) for (sd, m, _), v in verdict_of.items()
-                                  if (sd, m) == (f"stdev {stdev}", method)]) if rule == headline_rule(method) else "–")
-        cells.append("⚠" if flag else "")
-        lines.append("| " + " | ".join(cells) + " |")
+            v = verdict_of.get((f"stdev {stdev}", method, f"n = {c.ways}")) if rule == headline_rule(method) else None
+            line.append(f"{c.ours:.2f}" + ("" if np.isnan(c.std) else f" ± {c.std:.2f}")
+                        + ("" if np.isnan(c.paper) else f" ({c.paper:.2f}, {c.diff:+.2f})")
+                        + ("" if v is None else f" {cell_mark(v)}"))
+            csv_rows.append({"profile": profile, "method": method, "rule": rule, "stdev": stdev, "ways": c.ways,
+                             "shots": SHOTS, "ours_mean": round(float(c.ours), 4),
+                             "ours_std": None if np.isnan(c.std) else round(float(c.std), 4),
+                             "seeds": int(c.seeds), "client_std": round(float(c.client_std), 4),
+                             **official_cells({"official": c.official, "official_std": c.official_std}),
+                             "paper": None if np.isnan(c.paper) else c.paper,
+                             "diff": None if np.isnan(c.paper) else round(float(c.diff), 4),
+                             "params_per_round": int(c.params), **({} if v is None else cell_columns(v))})
+        line.append(" / ".join("–" if np.isnan(c.ours) else f"{c.client_mean:.2f} ± {c.client_std:.2f}" for c in ways))
+        line.append(" / ".join("–" if np.isnan(c.official) else f"{c.official:.2f} ± {c.official_std:.2f}"
+                               for c in ways))
+        line.append(paper_statistic(method, rule))
+        line.append(" / ".join("–" if np.isnan(c.ours) else f"{c.params / 1e3:.1f}k" for c in ways)
+                    + f" ({paper.FEDPROTO_COMM_PARAMS_K[method]}k; {paper.FEDPROTO_COMM_ROUNDS[method]} rounds)")
+        line.append(mark_counts([cell_mark(v) for (sd, m, _), v in verdict_of.items()
+                                 if (sd, m) == (f"stdev {stdev}", method)]) if rule == headline_rule(method) else "–")
+        line.append("⚠" if got.far.any() else "")
+        lines.append("| " + " | ".join(line) + " |")
     lines += [*(line for sd in STDEVS for line in claim_lines(ver.claims, f"stdev {sd}")
                 + cell_verdict_lines(ver.cells, f"stdev {sd}")), ""]
     plan = plan_frame(ver, every, units, not_run=[])
     lines += plan_lines(plan, ver.cells, "tablefedproto")
-    if far:
+    if far := far_from_paper(cells):
         lines += ["Cells further from the paper than its ±, and what we know of why:", "",
-                  *(f"- {row}: {'; '.join(cells)}. {why[0].upper()}{why[1:]}."
-                    for row, (cells, why) in far.items()), ""]
+                  *(f"- {row}: " + "; ".join(f"stdev {c.stdev} n = {c.ways} {c.ours:.2f} vs {c.paper:.2f} ± "
+                                            f"{c.paper_std:.2f} ({c.diff:+.2f}; our client std {c.client_std:.2f})"
+                                            for c in got.itertuples()) + f". {why[0].upper()}{why[1:]}."
+                    for row, (got, why) in far.items()), ""]
     figs = table_figures("fedproto", [Path(c.out) for c in runs], results_dir / "figures" / "tablefedproto",
                          f"{TABLES['fedproto'].title}, {profile} profile")
     splits = sorted({c.split for c in runs if c.ways_shots == SHOTS}, key=lambda sp: (len(sp), sp))
     lines += [f"![{sp}: accuracy over rounds](figures/tablefedproto/curves_{sp}.png)" for sp in splits] + [""]
-    if figs["tsne"] is not None:
-        lines += ["## Figure 2: t-SNE of the test features and prototypes (n = 3, stdev of n 2)", "",
-                  "Each client's own test samples through the model it ends the run with (FedProto: its own; FedAvg: "
-                  "the global model; FeSEM: its cluster's centre; FedPer: the global body), a seed-0 pick of them, "
-                  "coloured by class; FedProto's last local prototypes (circles) and its global ones (stars) embedded "
-                  "with them. The runs: " + ", ".join(figs["tsne"]) + ".", "",
-                  "![Figure 2: t-SNE of the test features](figures/tablefedproto/tsne.png)", ""]
-    elif figs["tsne_lacking"]:
-        # complete runs without their features (a fresh clone: features.npz is not committed, 170 kB a run); a
-        # figure drawn when they were here (committed) stays the report's
-        drawn = (results_dir / "figures" / "tablefedproto" / "tsne.png").is_file()
-        lines += ["## Figure 2: t-SNE of the test features and prototypes (n = 3, stdev of n 2)", "",
-                  ("The figure drawn earlier from" if drawn else "Not drawn:") + " the test features its runs "
-                  f"({', '.join(figs['tsne_lacking'])}) save at their end (`{FEATURES_FILE}`), which git does not keep "
-                  "and this checkout lacks" + (" (not redrawn now)" if drawn else "") + ". Delete those runs' "
-                  f"`summary.json` and run the table again to {'redraw it' if drawn else 'make them'} (about 16 min a "
-                  "run on a 2-core CPU).", "",
-                  *(["![Figure 2: t-SNE of the test features](figures/tablefedproto/tsne.png)", ""] if drawn else [])]
-    if planned_k:
-        lines += figure3_lines(agg, planned_k, figs["samples"] is not None)
+    lines += figure2_lines(figs, (results_dir / "figures" / "tablefedproto" / "tsne.png").is_file())
+    if shots := figure3_shots(every):
+        lines += figure3_lines(agg, shots, figs["samples"] is not None)
         for row in agg[(agg.shots != SHOTS)].itertuples():
             csv_rows.append({"profile": profile, "method": row.method, "rule": row.rule, "stdev": row.stdev,
                              "ways": row.ways, "shots": row.shots, "ours_mean": round(float(row.ours), 4),

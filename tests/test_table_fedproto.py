@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from pathlib import Path
 
 import numpy as np
@@ -13,13 +14,15 @@ import pandas as pd
 import pytest
 
 from benchmark import paper
-from benchmark.results import read_jsonl
+from benchmark.results import read_jsonl, run_complete
 from ray_jobs import figures as cli
+from ray_jobs import report_fedproto
 from ray_jobs.config import RunConfig
 from ray_jobs.plan import plan
-from ray_jobs.report_fedproto import official_scores
+from ray_jobs.report_fedproto import (aggregate, collect, far_from_paper, figure2_lines, figure3_shots, headline_rule,
+                                      official_scores, paper_statistic, table_cells)
 from ray_jobs.sweep import execute, main
-from ray_jobs.tables import TABLES
+from ray_jobs.tables import GAP_NOTES, TABLES
 
 METHODS = ["local", "fesem", "fedprox", "fedper", "fedavg", "fedrep", "fedproto_orig", "fedproto_mh"]
 SPLITS = {(n, sd): f"{n}way{'-s3' if sd == 3 else ''}" for n in (3, 4, 5) for sd in (2, 3)}
@@ -50,11 +53,16 @@ def redrawn(smoke):
     return fedproto_figures([r for r in runs if r.exists()], smoke / "redrawn")
 
 
-def test_report_beside_the_paper(smoke):
-    md = (smoke / "tablefedproto.md").read_text()
-    assert md.splitlines()[0].startswith("# FedProto Tables 1 and 2") and "SMOKE SETTINGS" in md.splitlines()[0]
+def table_cells_of(results_dir: Path, data_root) -> pd.DataFrame:
+    """The report's table of Tables 1 and 2 as it renders it (`table_cells`), from the complete runs of the smoke plan
+    under results_dir."""
+    every = plan("fedproto", "smoke", None, results_dir, str(data_root), {"executor": "local"})
+    return table_cells(aggregate(collect([c for c in every if run_complete(c)])), every)
+
+
+def test_report_beside_the_paper(smoke, data_root):
     df = pd.read_csv(smoke / "tablefedproto.csv")
-    assert set(df.shots) == {100, 60}
+    assert set(df.profile) == {"smoke"} and set(df.shots) == {100, 60}
     df = df[df.shots == 100]  # the tables' rows (Figure 3's: test_figure_3_against_samples_per_class)
     rows = set(zip(df.method, df.rule, df.ways, df.stdev))
     expected = {(m, r, n, sd) for (n, sd) in SPLITS for m in METHODS
@@ -98,26 +106,28 @@ def test_report_beside_the_paper(smoke):
             assert (run / "model.pt").exists() == (m in ("fedavg", "fedprox", "fedper", "fedrep"))
     for split in SPLITS.values():
         assert (smoke / "figures" / "tablefedproto" / f"curves_{split}.png").exists()
-    assert "| fedproto_orig (classifier) | 2 |" in md and "| local | 3 |" in md and "(106k; 100 rounds)" in md
-    # beside each row: its per-client mean ± std (all rows), the official scorer's (FedProto's), the paper's statistic
-    table = md.split("| method | stdev |")[1].split("\n\n")[0].splitlines()[2:]
-    rows = [[c.strip() for c in line.strip("|").split("|")] for line in table]
-    assert len(rows) == 20 and all(len(cells) == 11 for cells in rows)
-    for name, *_, per_client, official, statistic, _, _, _ in rows:  # then params, verdicts, flag
-        fedproto = name.startswith("fedproto")
-        assert statistic == ("per client" if not fedproto else "–" if "(classifier)" in name else "official scorer")
-        assert per_client.count(" ± ") == 3 and official.count(" ± ") == (3 if fedproto else 0)
-    # each row with a cell further from the paper than its ± has a line saying which cells, and what we know of why
+    # the report's table: a row per method, FedProto's per inference rule, and stdev (its cells the csv's), and beside
+    # each the statistic the paper's cells are and its parameters per round (FedPer's: 106k, 100 rounds)
+    cells = table_cells_of(smoke, data_root)
+    assert len(set(zip(cells.label, cells.stdev))) == 20
+    ran = cells[cells.ours.notna()]
+    assert list(zip(ran.method, ran.rule, ran.ways, ran.stdev)) == list(zip(df.method, df.rule, df.ways, df.stdev))
+    assert ran.ours.tolist() == pytest.approx(df.ours_mean.tolist(), abs=1e-4)
+    assert {(m, r): paper_statistic(m, r) for m, r in zip(df.method, df.rule)} == {
+        (m, r): "per client" if not m.startswith("fedproto") else "official scorer" if r == "prototype" else "–"
+        for m, r in zip(df.method, df.rule)}
+    assert (paper.FEDPROTO_COMM_PARAMS_K["fedper"], paper.FEDPROTO_COMM_ROUNDS["fedper"]) == (106, 100)
+    # each row with a cell further from the paper than its ± has a line of those cells, and what we know of why: the
+    # note on its method (FedProto's: its official scorer's counters; the baselines': why the paper's are lower)
     far = df[df["diff"].abs() > [paper.FEDPROTO_TABLE[sd][m][n][1] for m, n, sd in zip(df.method, df.ways, df.stdev)]]
-    why = md.split("what we know of why:\n\n")[1].split("\n\n")[0].splitlines()
-    assert [line.split(":")[0] for line in why] == [f"- {m}" for m in dict.fromkeys(far.method)]
-    for line, (m, cells) in zip(why, far.groupby("method", sort=False)):
-        assert line.count(" vs ") == len(cells)
-        assert ("counters are never reset" in line) == m.startswith("fedproto")
-        assert ("why the paper's are lower is not known" in line) == (not m.startswith("fedproto"))
+    notes = far_from_paper(cells)
+    assert list(notes) == list(dict.fromkeys(far.method))  # (FedProto's classifier rows have no paper value)
+    for (got, why), (m, cells_far) in zip(notes.values(), far.groupby("method", sort=False)):
+        assert list(zip(got.stdev, got.ways)) == list(zip(cells_far.stdev, cells_far.ways))
+        assert GAP_NOTES[("fedproto", "mnist", m, "*")].text in why
 
 
-def test_figure_3_against_samples_per_class(smoke, redrawn):
+def test_figure_3_against_samples_per_class(smoke, redrawn, data_root):
     """Figure 3: FedProto's and FedAvg's final mean client accuracy at n = 3 (stdev 2) against k, in the report's
     section (k = 60 run, the other k planned and not run, k = 100 from Table 1's n = 3 runs), the CSV and the plot's
     data, each equal to the runs' final AVG."""
@@ -131,13 +141,12 @@ def test_figure_3_against_samples_per_class(smoke, redrawn):
     assert fig3[fig3.rule == "prototype"].ours_mean.item() == pytest.approx(final["fedproto_orig", 60]["prototype"],
                                                                            abs=1e-4)
     assert fig3[fig3.method == "fedavg"].ours_mean.item() == pytest.approx(final["fedavg", 60]["AVG"], abs=1e-4)
-    md = (smoke / "tablefedproto.md").read_text()
-    section = md[md.index("## Figure 3"):]
-    assert "| k | fedproto_orig | fedavg |" in section
-    assert [line.split(" |")[0] for line in section.splitlines() if line[2:3].isdigit()] == ["| 60", "| 100"]  # planned
-    for k in (60, 100):
-        assert f"| {k} | {final['fedproto_orig', k]['AVG']:.2f} | {final['fedavg', k]['AVG']:.2f} |" in section
-    assert "](figures/tablefedproto/samples.png)" in section
+    # the report's section: a row per k planned (k = 100: Table 1's n = 3 runs, whose cells are the csv's)
+    assert figure3_shots(plan("fedproto", "smoke", None, smoke, str(data_root), {"executor": "local"})) == [60, 100]
+    table1 = df[(df.shots == 100) & (df.ways == 3) & (df.stdev == 2) & (df.rule == df.method.map(headline_rule))]
+    assert (table1.set_index("method").ours_mean[["fedproto_orig", "fedavg"]].tolist()
+            == pytest.approx([final["fedproto_orig", 100]["AVG"], final["fedavg", 100]["AVG"]], abs=1e-4))
+    assert "figures/tablefedproto/samples.png" in links(smoke / "tablefedproto.md")
     got = {(r.method, r.value): r.mean for r in redrawn["samples"].itertuples()}
     assert got == pytest.approx({(m, k): final[m, k]["AVG"] for m in ("fedproto_orig", "fedavg") for k in (60, 100)})
     assert set(redrawn["samples"].domain) == {"AVG"}
@@ -189,8 +198,7 @@ def test_figure_2_maps_the_features_each_run_saved(smoke, redrawn, data_root):
     assert kinds == {"sample": FIGURE2_SAMPLES, "local prototype": len(arrays["local_y"]),
                      "global prototype": len(held)}
     assert set(maps[f"fedavg-mnist-3way{SMOKE}-seed0"].kind) == {"sample"}
-    md = (smoke / "tablefedproto.md").read_text()
-    assert "## Figure 2" in md and "](figures/tablefedproto/tsne.png)" in md
+    assert "figures/tablefedproto/tsne.png" in links(smoke / "tablefedproto.md")
     assert (smoke / "figures" / "tablefedproto" / "tsne.png").exists()
 
 
@@ -247,33 +255,28 @@ def test_a_partial_report_lists_every_planned_row_with_the_paper_beside_what_did
     (copy / "runs" / f"fedproto_orig-mnist-5way{SMOKE}-seed0" / "summary.json").unlink()
     (copy / "runs" / f"fedavg-mnist-3way-k60{SMOKE}-seed0" / "summary.json").unlink()
     assert main([*ARGS, "--results-dir", str(copy), "--data-root", str(data_root), "--report-only"]) == 0
-    tables, figure3 = (copy / "tablefedproto.md").read_text().split("## Figure 3")
-    tables = tables.split("The paper's claims")[0]  # the rows of the table (its claims follow it)
-    assert figure3.split("\n| 60 | ")[1].splitlines()[0].endswith(" | not run |")  # FedAvg's k = 60
-    lines = {tuple(c.strip() for c in line.split("|")[1:3]): line.split("|")[3:6]
-             for line in tables.splitlines() if line.startswith("| ")}
-    assert len(lines) == 1 + 2 * (6 + 2 * 2)  # the header and (6 methods + FedProto's 2 x 2 rules) per stdev
-    assert lines[("fedper", "3")][1].strip() == "not run (95.93)"
-    assert lines[("fedproto_orig", "2")][2].strip() == "not run (96.70)"
-    assert lines[("fedproto_orig (classifier)", "2")][2].strip() == "not run"
-    assert lines[("fedper", "3")][0].strip().startswith("not run") is False
+    cells = table_cells_of(copy, data_root).set_index(["label", "stdev", "ways"])
+    assert len(cells) == 2 * (6 + 2 * 2) * 3  # per stdev, 6 methods + FedProto's 2 x 2 rules, at n = 3, 4, 5
+    assert cells.ours.isna().sum() == 3  # every other cell has its numbers
+    assert np.isnan(cells.loc[("fedper", 3, 4), "ours"]) and cells.loc[("fedper", 3, 4), "paper"] == 95.93
+    assert np.isnan(cells.loc[("fedproto_orig", 2, 5), "ours"]) and cells.loc[("fedproto_orig", 2, 5), "paper"] == 96.70
+    assert cells.loc[("fedproto_orig (classifier)", 2, 5), ["ours", "paper"]].isna().all()
+    every = plan("fedproto", "smoke", None, copy, str(data_root), {"executor": "local"})
+    assert figure3_shots(every) == [60, 100]  # FedAvg's k = 60 has its row, not run
     assert len(pd.read_csv(copy / "tablefedproto.csv")) == 63 - 1 - 2 - 1
 
 
-def figure_2_section(results_dir) -> str:
-    """The Figure 2 section of the report `--report-only` writes from the runs under results_dir."""
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("WANDB_MODE", "disabled")
-        assert main([*ARGS, "--results-dir", str(results_dir), "--report-only"]) == 0
-    md = (results_dir / "tablefedproto.md").read_text()
-    section = md[md.index("## Figure 2"):]
-    return section[:section.index("\n## ") if "\n## " in section else None]
+def links(md: Path) -> list[str]:
+    """The targets of a Markdown file's links."""
+    return re.findall(r"\]\(([^)\s]+)\)", md.read_text())
 
 
 @pytest.mark.slow
-def test_figure_2_says_what_a_checkout_without_the_features_lacks(smoke, tmp_path):
-    """A fresh clone holds the runs' committed files only (no features.npz): the report says which runs Figure 2
-    needs and how to make their features, instead of dropping the section."""
+def test_figure_2_says_what_a_checkout_without_the_features_lacks(smoke, data_root, tmp_path):
+    """A fresh clone holds the runs' committed files only (no features.npz): Figure 2 is not drawn, and the report
+    names the runs that lack their features (`fedproto_figures`' tsne_lacking: its section, `figure2_lines`) instead
+    of dropping the section; a figure drawn when the features were here (committed beside the report) stays the
+    report's."""
     import shutil
 
     runs = tmp_path / "runs"
@@ -282,15 +285,29 @@ def test_figure_2_says_what_a_checkout_without_the_features_lacks(smoke, tmp_pat
             (runs / run.name).mkdir(parents=True)
             for name in ("config.json", "summary.json", "metrics.jsonl.gz"):
                 shutil.copy(run / name, runs / run.name)
-    section = figure_2_section(tmp_path)
-    assert "Not drawn" in section and "tsne.png" not in section
-    assert all(f"{m}-mnist-3way{SMOKE}-seed0" in section for m in paper.FEDPROTO_FIGURE2)
-    # the figure drawn when the features were here (committed beside the report) stays the report's, said so
+    every = plan("fedproto", "smoke", None, tmp_path, str(data_root), {"executor": "local"})
+    _, figs = report_fedproto.report("smoke", every, tmp_path)
+    assert figs["tsne"] is None
+    assert sorted(figs["tsne_lacking"]) == sorted(f"{m}-mnist-3way{SMOKE}-seed0" for m in paper.FEDPROTO_FIGURE2)
+    assert "figures/tablefedproto/tsne.png" not in links(tmp_path / "tablefedproto.md")
     (tmp_path / "figures" / "tablefedproto" / "tsne.png").write_bytes(b"drawn earlier")
-    section = figure_2_section(tmp_path)
-    assert "The figure drawn earlier from the test features" in section and "(not redrawn now)" in section
-    assert "![Figure 2: t-SNE of the test features](figures/tablefedproto/tsne.png)" in section
+    report_fedproto.report("smoke", every, tmp_path)
+    assert "figures/tablefedproto/tsne.png" in links(tmp_path / "tablefedproto.md")
     assert (tmp_path / "figures" / "tablefedproto" / "tsne.png").read_bytes() == b"drawn earlier"
+
+
+def test_figure_2_section_says_what_it_maps_or_which_runs_lack_their_features():
+    """The renderer of Figure 2's section (`figure2_lines`), from hand-made figures: the runs mapped; or the runs
+    whose features a checkout lacks, with the figure drawn earlier where it is; or nothing."""
+    drawn = "![Figure 2: t-SNE of the test features](figures/tablefedproto/tsne.png)"
+    section = "\n".join(figure2_lines({"tsne": {"a-run": None, "b-run": None}, "tsne_lacking": []}, False))
+    assert section.startswith("## Figure 2") and "The runs: a-run, b-run." in section and drawn in section
+    section = "\n".join(figure2_lines({"tsne": None, "tsne_lacking": ["a-run", "b-run"]}, False))
+    assert "Not drawn: the test features its runs (a-run, b-run) save" in section and "tsne.png" not in section
+    section = "\n".join(figure2_lines({"tsne": None, "tsne_lacking": ["a-run"]}, True))
+    assert "The figure drawn earlier from the test features its runs (a-run)" in section
+    assert "(not redrawn now)" in section and drawn in section
+    assert figure2_lines({"tsne": None, "tsne_lacking": []}, True) == []
 
 
 def test_a_method_that_averages_no_weights_has_no_aggregation():
