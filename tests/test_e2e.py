@@ -113,7 +113,8 @@ def test_wandb_offline_run_holds_tables(runs, method, dataset):
 @pytest.mark.slow
 def test_same_seed_same_metrics_and_local_equals_ray(runs, full_digits_root, tmp_path_factory):
     """The same run again, in process: the Ray run's metrics. (A second Ray run of it showed nothing more:
-    test_methods_apart runs FPL in 1 and 2 groups in process and through 3 actors, and the resume tests rerun through Ray.)"""
+    test_methods_apart runs FPL in 1 and 2 groups in process and through 3 actors, and the resume tests rerun through
+    Ray.)"""
     out, _ = runs[("fpl", "office_caltech")]
     local, _ = small_run(tmp_path_factory, full_digits_root, "fpl", "office_caltech", 0.1, executor="local")
     strip = lambda rows: [(r["accuracy"], r["client_loss"]) for r in rows]  # noqa: E731
