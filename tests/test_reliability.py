@@ -1,8 +1,13 @@
-"""Runs that survive faults, through real Ray: per-round checkpoints and resume, a client actor killed
-mid-round, the entry point SIGKILLed mid-run, a corrupt checkpoint, a non-finite loss, a checkpoint of
-another protocol. Each faulty run must give the metrics of the uninterrupted run (timings aside)."""
+"""Runs that survive faults: per-round checkpoints and resume, a client actor killed mid-round, the entry point
+SIGKILLed mid-run, a corrupt checkpoint, a non-finite loss, a checkpoint of another protocol. Each faulty run must give
+the metrics of the uninterrupted run (timings aside), which runs in process: a faulty run through Ray thus also gives
+the numbers of the local executor, to the bit. Runs go through real Ray only where a test checks Ray itself (a client
+actor or the driver actor killed, the entry point on the session's cluster, the clients' states kept in Ray's actors):
+the start-ups of such a run's three processes (each imports torch and Lightning) are about half its time."""
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import os
 import resource
@@ -50,16 +55,42 @@ def rows(out: Path) -> int:
         return 0
 
 
+def timed_train_calls(monkeypatch) -> list[tuple[str, float, float]]:
+    """Each client group's `train` call from now on: (thread name, start, end)."""
+    from lightning_modules.clients import ClientGroup
+
+    calls, train = [], ClientGroup.train
+
+    def timed(self, *args, **kwargs):
+        t = time.monotonic()
+        try:
+            return train(self, *args, **kwargs)
+        finally:
+            calls.append((threading.current_thread().name, t, time.monotonic()))
+
+    monkeypatch.setattr(ClientGroup, "train", timed)
+    return calls
+
+
 @pytest.fixture(scope="module")
-def reference(slow_setup, ray_cluster, data_root, tmp_path_factory):
+def reference_run(slow_setup, data_root, tmp_path_factory) -> tuple[Path, list]:
+    """The uninterrupted run, in process (the local executor's default: its 2 client groups train at the same time,
+    each in a thread of its own), and its groups' `train` calls (`timed_train_calls`)."""
     out = tmp_path_factory.mktemp("reference")
-    run(config(data_root, out), quiet=True)
+    with pytest.MonkeyPatch.context() as mp:
+        calls = timed_train_calls(mp)
+        run(config(data_root, out, executor="local"), quiet=True)
     assert not (out / checkpoint.DIR).exists()  # a complete run keeps no checkpoint
-    return out
+    return out, calls
+
+
+@pytest.fixture(scope="module")
+def reference(reference_run) -> Path:
+    return reference_run[0]
 
 
 @pytest.mark.slow
-def test_client_actor_killed_mid_round_gives_the_same_metrics(reference, data_root, tmp_path, capsys):
+def test_client_actor_killed_mid_round_gives_the_same_metrics(ray_cluster, reference, data_root, tmp_path, capsys):
     out = tmp_path / "run"
     result = {}
     thread = threading.Thread(target=lambda: result.update(summary=run(config(data_root, out), quiet=True)))
@@ -75,22 +106,36 @@ def test_client_actor_killed_mid_round_gives_the_same_metrics(reference, data_ro
     assert summary(out) == summary(reference)
 
 
-@pytest.mark.slow
-def test_an_actor_that_dies_too_often_stops_the_run_naming_its_clients(reference, data_root, tmp_path):
-    out = tmp_path / "run"
+# the clients' states of Ray actors that Ray will not restart are read for each checkpoint only, every two rounds
+# (after round 1 and the last)
+KEEPS_STATES = dict(actor_restarts=0, checkpoint_every=2)
+
+
+@pytest.fixture(scope="module")
+def actor_died_in_round_2(slow_setup, ray_cluster, data_root, tmp_path_factory) -> tuple[Path, list[str]]:
+    """A run through Ray (`KEEPS_STATES`) whose client actor 1 is SIGKILLed once round 1's checkpoint is written: it
+    stops in round 2; with the errors the run raised."""
+    out = tmp_path_factory.mktemp("actor_died") / "run"
     errors = []
 
     def target():
         try:
-            run(config(data_root, out, actor_restarts=0), quiet=True)
+            run(config(data_root, out, **KEEPS_STATES), quiet=True)
         except RunError as e:
             errors.append(str(e))
 
     thread = threading.Thread(target=target)
     thread.start()
-    wait_for(lambda: rows(out) >= 1, what="round 0")
+    wait_for(lambda: checkpoint.checkpoint_path(out / checkpoint.DIR, 1).exists() or not thread.is_alive(),
+             what="round 1's checkpoint")
     os.kill(json.loads((out / "config.json").read_text())["provenance"]["actors"][1]["pid"], signal.SIGKILL)
     thread.join(timeout=600)
+    return out, errors
+
+
+@pytest.mark.slow
+def test_an_actor_that_dies_too_often_stops_the_run_naming_its_clients(actor_died_in_round_2, reference):
+    out, errors = actor_died_in_round_2
     assert len(errors) == 1
     assert "client actor 1 (clients [1, 3]) died 1 times in this run, more than --actor-restarts 0" in errors[0]
     assert "without dropping its clients" in errors[0]
@@ -99,7 +144,7 @@ def test_an_actor_that_dies_too_often_stops_the_run_naming_its_clients(reference
 
 
 @pytest.fixture(scope="module")
-def killed(slow_setup, reference, data_root, tmp_path_factory):
+def killed(slow_setup, ray_cluster, data_root, tmp_path_factory):
     """The entry point, a separate process on the session's Ray cluster, SIGKILLed once round 1's
     checkpoint is written."""
     import ray
@@ -123,13 +168,14 @@ def killed(slow_setup, reference, data_root, tmp_path_factory):
 
 @pytest.mark.slow
 def test_sigkilled_entry_point_resumes_to_identical_metrics(killed, reference, data_root, tmp_path, capsys):
+    """The run killed on Ray, resumed in process (its checkpoint holds no trace of an executor)."""
     out = tmp_path / "run"
     shutil.copytree(killed, out)
     done = [int(p.stem.split("_")[1]) for p in checkpoint.listing(out / checkpoint.DIR)]
     assert 1 <= len(done) <= checkpoint.KEEP and done[0] >= 1  # the latest two at most
-    run(config(data_root, out), quiet=True, resume=True)
-    assert (f"note: resuming {config(data_root, out).run_name} after round {done[0]} of 3"
-            in capsys.readouterr().out)
+    cfg = config(data_root, out, executor="local")
+    run(cfg, quiet=True, resume=True)
+    assert f"note: resuming {cfg.run_name} after round {done[0]} of 3" in capsys.readouterr().out
     assert metrics(out) == metrics(reference)
     assert summary(out) == summary(reference)
     assert json.loads((out / "config.json").read_text())["resumed_after_round"] == done[0]
@@ -300,22 +346,33 @@ def test_an_unreadable_only_checkpoint_is_refused_in_one_line_naming_it_and_what
     assert only.exists()  # refused, not deleted
 
 
+# a non-finite loss of client 3 in round 2, in process, a checkpoint every two rounds (after round 1 and the last)
+NAN_IN_ROUND_2 = dict(executor="local", checkpoint_every=2, test_faults={"nan_loss": [2, 3]})
+
+
+@pytest.fixture(scope="module")
+def stopped_in_round_2(slow_setup, data_root, tmp_path_factory) -> tuple[Path, str, str]:
+    """A run stopped by a non-finite loss (`NAN_IN_ROUND_2`), its one checkpoint after round 1; with its error message
+    and what it printed (started with --resume: nothing to resume)."""
+    out = tmp_path_factory.mktemp("stopped_in_round_2") / "run"
+    printed = io.StringIO()
+    with pytest.raises(RunError) as e, contextlib.redirect_stdout(printed):
+        run(config(data_root, out, **NAN_IN_ROUND_2), quiet=True, resume=True)
+    return out, str(e.value), printed.getvalue()
+
+
 @pytest.mark.slow
 def test_nonfinite_loss_stops_naming_round_client_method_and_keeps_the_last_good_checkpoint(
-        reference, data_root, tmp_path, capsys):
-    out = tmp_path / "run"
-    cfg = config(data_root, out, test_faults={"nan_loss": [2, 3]})
-    with pytest.raises(RunError) as e:
-        run(cfg, quiet=True, resume=True)  # nothing to resume: starts fresh and says so
-    assert (f"note: no checkpoint in {out / checkpoint.DIR}; starting {cfg.run_name} from round 0"
-            in capsys.readouterr().out)
-    msg = str(e.value)
+        stopped_in_round_2, reference, data_root, capsys):
+    out, msg, printed = stopped_in_round_2
+    cfg = config(data_root, out, **NAN_IN_ROUND_2)
+    assert f"note: no checkpoint in {out / checkpoint.DIR}; starting {cfg.run_name} from round 0" in printed
     assert msg.startswith("non-finite loss in round 2, client 3 (dslr), method feddyn;")
     assert "nothing of the round was averaged" in msg and "rounds up to 1 (checkpoint)" in msg
     assert not (out / "summary.json").exists() and "non-finite loss in round 2" in (out / "error.txt").read_text()
     assert metrics(out) == metrics(reference)[:2]  # round 2 never recorded
     files = checkpoint.listing(out / checkpoint.DIR)
-    assert [f.name for f in files] == ["round_0001.pt", "round_0000.pt"]
+    assert [f.name for f in files] == ["round_0001.pt"]  # (none after round 0: every two rounds)
     ck = checkpoint.read(files[0])
     assert ck["round"] == 1 and [(r["round"], r["accuracy"]) for r in ck["metrics"]] == [m[:2] for m in metrics(out)]
     state = ck["driver"]
@@ -332,7 +389,7 @@ def test_nonfinite_loss_stops_naming_round_client_method_and_keeps_the_last_good
 
 
 @pytest.mark.slow
-def test_driver_killed_or_entry_point_interrupted_names_the_exact_resume_command(reference, data_root, tmp_path,
+def test_driver_killed_or_entry_point_interrupted_names_the_exact_resume_command(ray_cluster, data_root, tmp_path,
                                                                                 capsys, monkeypatch):
     out = tmp_path / "run"
     argv = [*FLAGS, "--data-root", str(data_root), "--out", str(out)]
@@ -413,14 +470,18 @@ def test_sweep_resumes_an_interrupted_run_from_its_last_round(killed, reference,
 @pytest.mark.parametrize("executor,restarts", [("local", 3), ("ray", 0)])
 @pytest.mark.slow
 def test_checkpoint_every_two_rounds_reads_the_states_from_the_groups_and_resumes_identically(
-        reference, data_root, tmp_path, executor, restarts):
+        request, reference, data_root, tmp_path, executor, restarts):
     """--checkpoint-every 2: checkpoints after round 1 and the last round, none after round 0. In process, and
     from Ray actors that Ray will not restart (--actor-restarts 0: none needs rebuilding), the clients' states
     stay in their groups between checkpoints (nothing sent per round); a checkpoint reads them, and a run
-    resumed from it gives the metrics of an uninterrupted run (FedDyn's h_k carried)."""
+    resumed from it (in process: the checkpoint is what is checked) gives the metrics of an uninterrupted run
+    (FedDyn's h_k carried). The run stopped in round 2 is another test's: in process the non-finite loss test's
+    (`stopped_in_round_2`), through Ray the one whose client actor died (`actor_died_in_round_2`)."""
     from ray_jobs.driver import Driver
     from ray_jobs.run import plan_run_clients
 
+    if executor == "ray":
+        request.getfixturevalue("ray_cluster")
     cfg = config(data_root, tmp_path / "driver", executor=executor, actor_restarts=restarts)
     assert not cfg.states_every_round and config(data_root, tmp_path, executor="ray").states_every_round
     driver = Driver(cfg, plan_run_clients(cfg), str(data_root))
@@ -438,56 +499,42 @@ def test_checkpoint_every_two_rounds_reads_the_states_from_the_groups_and_resume
         assert any(bool(h.abs().sum() > 0) for h in st["h"]) and all(bool(torch.isfinite(h).all()) for h in st["h"])
 
     out = tmp_path / "run"
-    with pytest.raises(RunError) as e:
-        run(config(data_root, out, executor=executor, actor_restarts=restarts, checkpoint_every=2,
-                   test_faults={"nan_loss": [2, 3]}), quiet=True)
-    assert "The run folder keeps its rounds up to 1 (checkpoint)" in str(e.value)
+    if executor == "ray":
+        stopped, (msg,) = request.getfixturevalue("actor_died_in_round_2")
+    else:
+        stopped, msg, _ = request.getfixturevalue("stopped_in_round_2")
+    shutil.copytree(stopped, out)
+    assert "The run folder keeps its rounds up to 1 (checkpoint)" in msg
     assert [f.name for f in checkpoint.listing(out / checkpoint.DIR)] == ["round_0001.pt"]
-    run(config(data_root, out, executor=executor, actor_restarts=restarts, checkpoint_every=2), quiet=True, resume=True)
+    run(config(data_root, out, executor="local", checkpoint_every=2), quiet=True, resume=True)
     assert metrics(out) == metrics(reference)
     assert summary(out) == summary(reference)
-
-
-@pytest.fixture
-def calls_in_threads(monkeypatch):
-    """Each client group's `train` call: (thread name, start, end)."""
-    from lightning_modules.clients import ClientGroup
-
-    calls, train = [], ClientGroup.train
-
-    def timed(self, *args, **kwargs):
-        t = time.monotonic()
-        try:
-            return train(self, *args, **kwargs)
-        finally:
-            calls.append((threading.current_thread().name, t, time.monotonic()))
-
-    monkeypatch.setattr(ClientGroup, "train", timed)
-    return calls
 
 
 @pytest.mark.parametrize("method", ["feddyn", "moon"])
 @pytest.mark.slow
 def test_in_process_groups_train_at_the_same_time_with_the_numbers_of_one_after_another(
-        reference, data_root, tmp_path, monkeypatch, calls_in_threads, method):
+        reference_run, data_root, tmp_path, monkeypatch, method):
     """The local executor's default (2 client groups, --cpus-per-actor 1, --driver-cpus 1): the groups train in two
     threads at the same time, each on one CPU thread, and the run's metrics and summary are those of the groups one
-    after another (as before 2026-11-29) to the bit, and those of Ray's actors. FedDyn keeps a state per client and
-    on the server; MOON draws each client's own initialisation in round 0 (torch's global stream, in both threads)."""
+    after another (as before 2026-11-29) to the bit (and, as every Ray run of this module checks, those of Ray's
+    actors). FedDyn keeps a state per client and on the server: its run at the same time is the reference; MOON draws
+    each client's own initialisation in round 0 (torch's global stream, in both threads)."""
     from ray_jobs.executors import LocalExecutor
 
     kw = dict(executor="local") if method == "feddyn" else dict(executor="local", method="moon", rounds=2)
-    run(config(data_root, tmp_path / "together", **kw), quiet=True)
-    threads = {name for name, *_ in calls_in_threads}
-    (a0, a1), (b0, b1) = [(t0, t1) for _, t0, t1 in calls_in_threads[:2]]
+    if method == "feddyn":
+        together, calls = reference_run
+    else:
+        together, calls = tmp_path / "together", timed_train_calls(monkeypatch)
+        run(config(data_root, together, **kw), quiet=True)
+    threads = {name for name, *_ in calls}
+    (a0, a1), (b0, b1) = [(t0, t1) for _, t0, t1 in calls[:2]]
     assert len(threads) == 2 and all(name.startswith("client-group") for name in threads)
     assert a0 < b1 and b0 < a1  # round 0's two calls overlap
     monkeypatch.setattr(LocalExecutor, "concurrent", False)
-    calls_in_threads.clear()
+    calls = timed_train_calls(monkeypatch)
     run(config(data_root, tmp_path / "one_after_another", **kw), quiet=True)
-    assert len({name for name, *_ in calls_in_threads}) == 1
-    assert metrics(tmp_path / "together") == metrics(tmp_path / "one_after_another")
-    assert summary(tmp_path / "together") == summary(tmp_path / "one_after_another")
-    if method == "feddyn":  # the reference: the same run through Ray
-        assert metrics(tmp_path / "together") == metrics(reference)
-        assert summary(tmp_path / "together") == summary(reference)
+    assert len({name for name, *_ in calls}) == 1
+    assert metrics(together) == metrics(tmp_path / "one_after_another")
+    assert summary(together) == summary(tmp_path / "one_after_another")
