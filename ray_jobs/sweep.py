@@ -202,8 +202,9 @@ def run_in_workers(todo: list[RunConfig], parallel: int, progress: SweepProgress
     share of the CPU threads, taking one run after another (an interpreter's start-up, importing torch and Lightning,
     took 4 to 5 CPU seconds, more than a FedProto smoke run trains: 2026-12-02) and writing each run's output to
     <run folder>/run.log; returns the failed runs. A failed run does not stop the others; a worker that died (killed,
-    out of memory) fails its run and the next run goes to a new one. Ctrl-C stops every worker (its run writes
-    error.txt and keeps its checkpoints) and raises RunError saying how to resume."""
+    out of memory) fails its run and the next run goes to a new one, as does a run meant for a worker that died while
+    idle (`send_run`). Ctrl-C stops every worker (its run writes error.txt and keeps its checkpoints) and raises
+    RunError saying how to resume."""
     ctx = multiprocessing.get_context("spawn")
     threads = worker_threads(parallel)
     waiting, idle, running, failed = list(todo), [], {}, []
@@ -211,8 +212,7 @@ def run_in_workers(todo: list[RunConfig], parallel: int, progress: SweepProgress
         while waiting or running:
             while waiting and len(running) < parallel:
                 cfg = waiting.pop(0)
-                conn, proc = idle.pop() if idle else start_worker(ctx, threads)
-                conn.send(cfg)
+                conn, proc = send_run(cfg, idle, ctx, threads)
                 running[conn] = (cfg, proc)
                 progress.started(cfg.run_name)
             for conn in multiprocessing.connection.wait(list(running)):
@@ -252,6 +252,23 @@ def run_in_workers(todo: list[RunConfig], parallel: int, progress: SweepProgress
             proc.join(60)
             conn.close()
     return failed
+
+
+def send_run(cfg: RunConfig | None, idle: list, ctx, threads: int):
+    """`cfg` sent to an idle worker (taken from `idle`), else to a new one; returns that worker (its pipe's end,
+    its process). A worker that died while idle, between two runs (killed, out of memory), is passed over: its end
+    of the pipe is closed, so the send fails."""
+    while idle:
+        conn, proc = idle.pop()
+        try:
+            conn.send(cfg)
+            return conn, proc
+        except OSError:  # BrokenPipeError
+            proc.join()
+            conn.close()
+    conn, proc = start_worker(ctx, threads)
+    conn.send(cfg)
+    return conn, proc
 
 
 def start_worker(ctx, threads: int):

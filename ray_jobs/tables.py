@@ -23,7 +23,7 @@ METRICS = {
 # profile -> RunConfig overrides on top of a table's presets (full: none, the paper's protocol)
 PROFILES = {
     "full": {},
-    "smoke": dict(rounds=2, local_epochs=1, client_fraction=0.05, eval_max=100),
+    "smoke": dict(rounds=2, local_epochs=1, client_fraction=0.05, eval_max=50),
 }
 SMOKE_SEEDS = (0,)
 

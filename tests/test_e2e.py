@@ -14,7 +14,7 @@ from ray_jobs.run import RunError, run
 
 from test_figures import wandb_records
 
-SMALL = dict(rounds=2, local_epochs=1, eval_max=100, num_actors=2, driver_cpus=1, cpus_per_actor=1)
+SMALL = dict(rounds=2, local_epochs=1, eval_max=50, num_actors=2, driver_cpus=1, cpus_per_actor=1)
 
 
 def wandb_run(out) -> tuple[dict, list[dict]]:

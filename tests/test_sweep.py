@@ -289,7 +289,7 @@ def test_sweep_report_run_holds_the_table_and_the_avg_chart(smoke):
 def test_a_failed_run_frees_its_actors_and_the_sweep_goes_on(ray_cluster, data_root, tmp_path, capsys):
     """FPL with tau 0.01 stops in round 1 (non-finite loss); the next run needs the same CPUs (one run fits the
     4-CPU test cluster at a time), so it could never start if the failed run's actors lived on."""
-    small = dict(dataset="office_caltech", rounds=2, local_epochs=1, client_fraction=0.1, eval_max=100,
+    small = dict(dataset="office_caltech", rounds=2, local_epochs=1, client_fraction=0.1, eval_max=50,
                  data_root=str(data_root))
     runs = [RunConfig(method="fpl", hparams={"tau": 0.01}, out=str(tmp_path / "fail"), name="fail", **small),
             RunConfig(method="fedavg", out=str(tmp_path / "ok"), name="ok", **small)]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gc
 import json
+import multiprocessing
 import os
 import re
 import signal
@@ -20,7 +21,7 @@ import torch
 from benchmark.results import MODEL_FILE, computed_metrics, read_jsonl
 from ray_jobs.config import RunConfig
 from ray_jobs.run import RunError, run
-from ray_jobs.sweep import execute, local_concurrency, main, ray_concurrency
+from ray_jobs.sweep import execute, local_concurrency, main, ray_concurrency, send_run, start_worker
 from ray_jobs.tables import TABLES
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -183,6 +184,22 @@ def test_a_failed_worker_does_not_stop_the_others(data_root, tmp_path, capsys, m
     assert "] fail FAILED: non-finite loss in round 1" in out and "] ok: AVG " in out
     assert "sweep: 1 runs done, 1 failed, 0 already complete" in out
     assert "(non-finite loss in round 1" in (tmp_path / "fail" / "run.log").read_text().splitlines()[-1]
+
+
+def test_a_worker_that_died_while_idle_is_passed_over():
+    """A worker killed between two runs (idle, its end of the pipe closed): the next run goes to a new worker
+    rather than stopping the sweep with BrokenPipeError (review of 2026-12-02). None, a worker's word to end, stands
+    for the run: the new worker takes it and exits cleanly."""
+    ctx = multiprocessing.get_context("spawn")
+    dead_conn, dead = start_worker(ctx, 1)
+    os.kill(dead.pid, signal.SIGKILL)
+    dead.join()
+    idle = [(dead_conn, dead)]
+    conn, proc = send_run(None, idle, ctx, 1)
+    proc.join(60)
+    assert (idle, dead.exitcode, proc.exitcode) == ([], -signal.SIGKILL, 0) and proc.pid != dead.pid
+    assert dead_conn.closed
+    conn.close()
 
 
 ROUNDS = 3
