@@ -8,9 +8,10 @@ import warnings
 import numpy as np
 import torch
 
-with warnings.catch_warnings():  # finch warns that pynndescent (only for >20k points) is absent
-    warnings.simplefilter("ignore")
-    from finch import FINCH
+# finch warns, when imported, that pynndescent (only for more than 20k points) is absent. The filter is set here, once,
+# as the module is imported: `finch_clusters` imports finch at its first call, perhaps in two client threads at once,
+# where `warnings.catch_warnings` (process-wide state) is unsafe
+warnings.filterwarnings("ignore", message="pynndescent is not installed", category=UserWarning)
 
 def by_class(client_protos: dict[int, dict[int, torch.Tensor]]) -> dict[int, torch.Tensor]:
     """class -> the prototypes of the clients that hold it stacked (a client's J x d rows in a row), in
@@ -46,7 +47,11 @@ def held_prototypes(protos: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
 
 
 def finch_clusters(points: torch.Tensor) -> np.ndarray:
-    """FINCH (cosine, ensure_early_exit=False) labels of the last, coarsest partition."""
+    """FINCH (cosine, ensure_early_exit=False) labels of the last, coarsest partition. finch-clust (with the
+    scikit-learn it imports: 0.6 s) is imported at the first call: a process that never clusters (every client actor
+    but FedPLVM's) starts without it."""
+    from finch import FINCH
+
     if len(points) == 1:
         return np.zeros(1, dtype=np.int64)
     c, _, _ = FINCH(data=points.numpy().astype(np.float32), distance="cosine", ensure_early_exit=False, verbose=False)

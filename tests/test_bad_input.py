@@ -552,7 +552,8 @@ def test_a_run_is_32_true_unless_asked_and_auto_records_its_pick(capsys, tmp_pat
         assert auto.run_name == "fpl-digits-code-seed0" if picked == "32-true" else \
             auto.run_name == "fpl-digits-code-bf16-mixed-seed0"
     out = tmp_path / "run"  # the last pick, bf16-mixed, through a run (5 test images a domain: bfloat16 without
-    # native support trains and tests at 5 images/s, 13 times slower than 32-true; 50 took 20 s, 2026-12-02)
+    # native support trains and tests at 5 images/s, 13 times slower than 32-true; this test took 19.0 s alone with
+    # 50, 13.8 s with 5, on a 2-core AVX2 machine, 2026-12-02)
     assert main(["--method", "fedavg", "--dataset", "office_caltech", "--domains", "webcam,dslr", *SMALL, "--quiet",
                  "--eval-max", "5", "--device", "cpu", "--precision", "auto", "--data-root", str(data_root),
                  "--out", str(out)]) == 0
